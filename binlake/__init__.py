@@ -1,0 +1,3 @@
+"""binlake: MySQL/MariaDB binary logs into Delta Lake."""
+
+__version__ = "0.1.0"

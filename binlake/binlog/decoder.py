@@ -1,0 +1,517 @@
+"""The decoder: events in binlog order -> row changes with exact positions, grouped by transaction.
+
+Pure Python, no Spark or Airflow. One `BinlogDecoder` reads one or more files in order; table ids are
+resolved per transaction and per file, never across a FORMAT_DESCRIPTION or a rotation.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
+from .errors import BinlogError, CorruptEvent, MissingTableMap, UnknownEvent, UnsupportedFeature
+from .events import (
+    parse_binlog_checkpoint,
+    parse_gtid,
+    parse_incident,
+    parse_intvar,
+    parse_maria_gtid,
+    parse_maria_gtid_list,
+    parse_previous_gtids,
+    parse_query,
+    parse_rand,
+    parse_rotate,
+    parse_rows_query,
+    parse_transaction_payload,
+    parse_user_var,
+    parse_xa_prepare,
+    parse_xid,
+)
+from .fde import FormatDescription
+from .packing import BodyError
+from .records import OP_DELETE, OP_INSERT, OP_UPDATE, EventRecord, RowChange, TransactionSummary
+from .rows import RowImageDecoder, iter_rows, parse_rows_header, parse_table_map
+from .stream import END_COMPLETE, EventStream, RawEvent, StreamEnd, is_ignorable, open_binlog
+from .tablemap import TableMap
+from .values import ValueError_
+
+OPS = {RowsKind.WRITE: OP_INSERT, RowsKind.UPDATE: OP_UPDATE, RowsKind.DELETE: OP_DELETE}
+HEADER = struct.Struct("<IBIIIH")
+
+TableResolver = Callable[[TableMap, str, int], TableMap]
+
+_LEADING_COMMENT = re.compile(r"^(\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)+", re.S)
+_DDL_WORDS = frozenset(
+    {"CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "GRANT", "REVOKE", "ANALYZE", "OPTIMIZE", "REPAIR", "FLUSH",
+     "INSTALL", "UNINSTALL", "SET"}
+)
+_DML_WORDS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD", "CALL", "DO", "SELECT", "WITH"})
+
+
+def classify_statement(sql: str) -> str:
+    """begin | commit | rollback | savepoint | xa | ddl | statement | other, from the statement's first words."""
+    text = _LEADING_COMMENT.sub("", sql, count=1)
+    head = text[:40].upper()
+    word = head.split(None, 1)[0] if head.split() else ""
+    word = word.rstrip(";")
+    if word == "BEGIN" or head.startswith("START TRANSACTION"):
+        return "begin"
+    if word == "COMMIT":
+        return "commit"
+    if word == "ROLLBACK":
+        return "savepoint" if " TO " in head else "rollback"
+    if word in ("SAVEPOINT", "RELEASE"):
+        return "savepoint"
+    if word == "XA":
+        return "xa"
+    if word in _DML_WORDS:
+        return "statement"
+    if word in _DDL_WORDS:
+        return "ddl"
+    return "other"
+
+
+@dataclass
+class DecodeOptions:
+    """What to read and what to yield. Positions apply to the first/last file; times are epoch seconds (UTC)."""
+
+    start_position: int | None = None
+    stop_position: int | None = None
+    start_time: int | None = None
+    stop_time: int | None = None
+    databases: set[str] | None = None
+    tables: re.Pattern | None = None
+    ops: set[str] | None = None
+    all_events: bool = False
+    commits: bool = False  # also yield commit, DDL and statement records (the lake and stats need them)
+    verify_checksums: bool = True
+    allow_truncated: bool = False
+    table_resolver: TableResolver | None = None
+
+
+@dataclass
+class FileResult:
+    """How one file's read ended (see stream.StreamEnd), with counts."""
+
+    name: str
+    end: StreamEnd | None
+    events: int = 0
+    rows: int = 0
+    server_version: str = ""
+    in_use: bool = False
+    last_commit_end: int | None = None
+
+
+@dataclass
+class _Txn:
+    pos: int | None = None
+    gtid: str | None = None
+    explicit: bool = False  # a BEGIN was seen
+    rows: int = 0
+    bytes: int = 0
+    first_ts: int = 0
+    last_ts: int = 0
+    tables: dict[str, int] = field(default_factory=dict)
+    maria_standalone: bool = False
+
+
+class BinlogDecoder:
+    """Decode files in order. Iterate `decode_files(paths)` or `decode_stream(fileobj, name)`."""
+
+    def __init__(self, options: DecodeOptions | None = None) -> None:
+        self.options = options or DecodeOptions()
+        self.results: list[FileResult] = []
+        # Event tallies by type name ("inner:NAME" inside TRANSACTION_PAYLOAD) and by header second.
+        self.event_counts: Counter = Counter()
+        self.events_per_second: Counter = Counter()
+        self._decoder_cache: dict[bytes, tuple[TableMap, RowImageDecoder | None]] = {}
+
+    # -- public entry points ---------------------------------------------------------------------------
+    def decode_files(self, paths: Iterable[str | Path]) -> Iterator[RowChange | EventRecord]:
+        paths = list(paths)
+        for i, path in enumerate(paths):
+            with open_binlog(str(path)) as f:
+                yield from self.decode_stream(f, Path(path).name, first=i == 0, last=i == len(paths) - 1)
+
+    def decode_stream(
+        self, fileobj: BinaryIO, name: str, first: bool = True, last: bool = True
+    ) -> Iterator[RowChange | EventRecord]:
+        opts = self.options
+        start = opts.start_position if first else None
+        stop = opts.stop_position if last else None
+        stream = EventStream(
+            fileobj, name, verify_checksums=opts.verify_checksums, allow_truncated=opts.allow_truncated,
+            start_position=start,
+        )
+        result = FileResult(name, None)
+        self.results.append(result)
+        state = _FileState(self, stream, name, result)
+        counts = self.event_counts
+        per_second = self.events_per_second
+        for ev in stream:
+            if stop is not None and ev.pos >= stop:
+                result.end = StreamEnd(ev.pos, "stop position")
+                break
+            result.events += 1
+            counts[ev.type] += 1
+            per_second[ev.timestamp] += 1
+            try:
+                yield from state.handle(ev, ev.buf, ev.body, ev.body_end, ev.type, 0, stream.fde)
+            except BodyError as exc:
+                raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
+            except ValueError_ as exc:
+                raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
+            except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+                raise CorruptEvent(f"{event_name(ev.type)} event is malformed ({exc})", name, ev.pos) from None
+        if result.end is None:
+            result.end = stream.end or StreamEnd(0, END_COMPLETE)
+        if stream.first_fde is not None:
+            result.server_version = stream.first_fde.server_version
+        result.in_use = stream.in_use
+
+
+def event_type_counts(counts: Counter) -> dict[str, int]:
+    """Name the decoder's per-type tallies: 'QUERY', 'inner:WRITE_ROWS_V2', 'type100' for unknown codes."""
+    out: dict[str, int] = {}
+    for key, n in counts.items():
+        name = f"inner:{event_name(key[1])}" if isinstance(key, tuple) else event_name(key)
+        out[name] = out.get(name, 0) + n
+    return out
+
+
+class _FileState:
+    """Per-file decoding state: current format, table maps, the open transaction."""
+
+    def __init__(self, decoder: BinlogDecoder, stream: EventStream, name: str, result: FileResult) -> None:
+        self.d = decoder
+        self.opts = decoder.options
+        self.stream = stream
+        self.name = name
+        self.result = result
+        self.tables: dict[int, tuple[TableMap, RowImageDecoder | None]] = {}
+        self.txn = _Txn()
+        self.in_payload = False
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _record(self, kind: str, ev: RawEvent, sub: int, /, **info) -> EventRecord:
+        return EventRecord(
+            kind, self.name, ev.pos, ev.timestamp, event_name(ev.type), self.txn.pos, sub, self.txn.gtid,
+            ev.pos + ev.size, info,
+        )
+
+    def _start_txn(self, pos: int, ts: int) -> None:
+        t = self.txn
+        if t.pos is None:
+            t.pos = pos
+            t.first_ts = ts
+
+    def _end_txn(self, kind: str, ev: RawEvent, sub: int, **info) -> Iterator[EventRecord]:
+        t = self.txn
+        if self.opts.commits or self.opts.all_events:
+            rec = self._record(kind, ev, sub, **info)
+            rec.info["summary"] = TransactionSummary(
+                t.rows, t.bytes + (0 if self.in_payload else ev.size), t.first_ts or ev.timestamp, ev.timestamp,
+                dict(t.tables),
+            )
+            yield rec
+        self.result.last_commit_end = ev.pos + ev.size
+        self.txn = _Txn()
+        self.tables.clear()
+
+    def _time_ok(self, ts: int) -> bool:
+        o = self.opts
+        return (o.start_time is None or ts >= o.start_time) and (o.stop_time is None or ts < o.stop_time)
+
+    # -- dispatch --------------------------------------------------------------------------------------
+    def handle(
+        self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int, fde: FormatDescription
+    ) -> Iterator[RowChange | EventRecord]:
+        t = self.txn
+        if t.pos is not None and not self.in_payload:
+            t.bytes += ev.size
+        rows_info = ROWS_EVENTS.get(etype)
+        if rows_info is not None:
+            yield from self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
+            return
+        if etype == EventType.TABLE_MAP:
+            self._start_txn(ev.pos, ev.timestamp)
+            self._table_map(ev, buf, body, end, fde)
+            if self.opts.all_events:
+                tm = self.tables.get(int.from_bytes(buf[body : body + 6], "little"))
+                yield self._record("table_map", ev, sub, table=tm[0].qualified_name if tm else None)
+            return
+        if etype in (EventType.QUERY, EventType.MARIA_QUERY_COMPRESSED, EventType.EXECUTE_LOAD_QUERY):
+            yield from self._query(ev, buf, body, end, etype, sub, fde)
+            return
+        if etype == EventType.XID:
+            x = parse_xid(buf, body, end)
+            self._start_txn(ev.pos, ev.timestamp)
+            yield from self._end_txn("commit", ev, sub, xid=x.xid)
+            return
+        if etype in (EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTID_TAGGED):
+            g = parse_gtid(buf, body, end, etype)
+            self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size)
+            self.tables.clear()
+            if self.opts.all_events:
+                yield self._record(
+                    "gtid", ev, sub, gtid=g.gtid, last_committed=g.last_committed,
+                    sequence_number=g.sequence_number, commit_ts_us=g.immediate_commit_ts_us,
+                    transaction_length=g.transaction_length,
+                )
+            return
+        if etype == EventType.MARIA_GTID:
+            g = parse_maria_gtid(buf, body, end, ev.server_id)
+            self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size,
+                            maria_standalone=g.standalone, explicit=not g.standalone)
+            self.tables.clear()
+            if self.opts.all_events:
+                yield self._record("gtid", ev, sub, gtid=g.gtid, standalone=g.standalone)
+            return
+        if etype == EventType.TRANSACTION_PAYLOAD:
+            yield from self._payload(ev, buf, body, end, fde)
+            return
+        if etype == EventType.FORMAT_DESCRIPTION:
+            self.tables.clear()
+            if self.opts.all_events:
+                f = self.stream.fde
+                yield self._record("format", ev, sub, server_version=f.server_version, checksum=f.checksum_alg,
+                                   in_use=bool(ev.flags & 1))
+            return
+        if etype == EventType.ROTATE:
+            r = parse_rotate(buf, body, end, fde)
+            self.tables.clear()
+            if self.opts.all_events:
+                yield self._record("rotate", ev, sub, next_file=r.next_file, position=r.position)
+            return
+        if etype == EventType.XA_PREPARE:
+            x = parse_xa_prepare(buf, body, end)
+            self._start_txn(ev.pos, ev.timestamp)
+            yield from self._end_txn("commit", ev, sub, xa_prepare=True, one_phase=x.one_phase)
+            return
+        yield from self._other(ev, buf, body, end, etype, sub)
+
+    def _other(self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int) -> Iterator[EventRecord]:
+        want = self.opts.all_events
+        if etype == EventType.STOP:
+            if want:
+                yield self._record("stop", ev, sub)
+        elif etype == EventType.PREVIOUS_GTIDS:
+            p = parse_previous_gtids(buf, body, end)
+            if want:
+                yield self._record("previous_gtids", ev, sub, gtid_set=p.text())
+        elif etype == EventType.INTVAR:
+            x = parse_intvar(buf, body, end)
+            if want:
+                yield self._record("intvar", ev, sub, kind=x.kind, value=x.value)
+        elif etype == EventType.RAND:
+            x = parse_rand(buf, body, end)
+            if want:
+                yield self._record("rand", ev, sub, seed1=x.seed1, seed2=x.seed2)
+        elif etype == EventType.USER_VAR:
+            x = parse_user_var(buf, body, end)
+            if want:
+                yield self._record("user_var", ev, sub, name=x.name, is_null=x.is_null,
+                                   value=x.value.hex() if x.value is not None else None)
+        elif etype in (EventType.ROWS_QUERY, EventType.MARIA_ANNOTATE_ROWS):
+            text = (parse_rows_query(buf, body, end).text if etype == EventType.ROWS_QUERY
+                    else bytes(buf[body:end]).decode("utf-8", "replace"))
+            if want:
+                yield self._record("rows_query", ev, sub, query=text)
+        elif etype == EventType.INCIDENT:
+            x = parse_incident(buf, body, end)
+            if want:
+                yield self._record("incident", ev, sub, incident=x.kind, message=x.message)
+        elif etype in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2):
+            if want:
+                yield self._record("heartbeat", ev, sub)
+        elif etype == EventType.MARIA_GTID_LIST:
+            x = parse_maria_gtid_list(buf, body, end)
+            if want:
+                yield self._record("gtid_list", ev, sub, gtids=x.gtids)
+        elif etype == EventType.MARIA_BINLOG_CHECKPOINT:
+            x = parse_binlog_checkpoint(buf, body, end)
+            if want:
+                yield self._record("checkpoint", ev, sub, file=x.text)
+        elif etype == EventType.MARIA_START_ENCRYPTION:
+            if want:
+                yield self._record("other", ev, sub, encrypted=True)
+        elif etype in (EventType.BEGIN_LOAD_QUERY, EventType.APPEND_BLOCK, EventType.CREATE_FILE,
+                       EventType.EXEC_LOAD, EventType.DELETE_FILE, EventType.LOAD, EventType.NEW_LOAD):
+            self._start_txn(ev.pos, ev.timestamp)
+            if want:
+                yield self._record("load_data", ev, sub, bytes=end - body)
+        elif etype in (EventType.IGNORABLE, EventType.TRANSACTION_CONTEXT, EventType.VIEW_CHANGE,
+                       EventType.MARIA_PARTIAL_ROW_DATA, EventType.SLAVE):
+            if want:
+                yield self._record("other", ev, sub)
+        elif etype == EventType.START_V3:
+            raise UnsupportedFeature("START_EVENT_V3 (MySQL 4.x binlog) is not supported", self.name, ev.pos)
+        elif is_ignorable(ev.flags):
+            if want:
+                yield self._record("ignored", ev, sub, type_code=etype)
+        else:
+            raise UnknownEvent(
+                f"unknown event type {etype} without the ignorable flag ({ev.size} bytes)", self.name, ev.pos
+            )
+
+    # -- QUERY -----------------------------------------------------------------------------------------
+    def _query(self, ev: RawEvent, buf, body, end, etype, sub, fde) -> Iterator[RowChange | EventRecord]:
+        q = parse_query(buf, body, end, fde, etype)
+        kind = classify_statement(q.query)
+        t = self.txn
+        if kind == "begin":
+            self._start_txn(ev.pos, ev.timestamp)
+            t.explicit = True
+            if self.opts.all_events:
+                yield self._record("begin", ev, sub, database=q.database)
+            return
+        if kind in ("commit", "rollback") or (kind == "xa" and re.match(r"\s*XA\s+(COMMIT|ROLLBACK)", q.query, re.I)):
+            self._start_txn(ev.pos, ev.timestamp)
+            yield from self._end_txn(kind if kind != "xa" else "commit", ev, sub, query=q.query)
+            return
+        self._start_txn(ev.pos, ev.timestamp)
+        if self.opts.all_events or (self.opts.commits and kind in ("ddl", "statement", "other")):
+            out_kind = kind if kind in ("ddl", "statement") else ("ddl" if kind == "other" else kind)
+            yield self._record(
+                out_kind, ev, sub, database=q.database, query=q.query, time_zone=q.time_zone,
+                charset=q.charset_client, error_code=q.error_code,
+            )
+        if not t.explicit and kind not in ("savepoint", "xa"):
+            # An autocommitted statement (DDL, or DML outside BEGIN) is a transaction on its own.
+            yield from self._end_txn("commit", ev, sub, implicit=True)
+
+    # -- TABLE_MAP -------------------------------------------------------------------------------------
+    def _table_map(self, ev: RawEvent, buf, body, end, fde) -> None:
+        post = fde.post_header_len(EventType.TABLE_MAP) or 8
+        id_len = 4 if post == 6 else 6
+        table_id = int.from_bytes(buf[body : body + id_len], "little")
+        key = bytes(buf[body + id_len : end])
+        cached = self.d._decoder_cache.get(key)
+        resolver = self.opts.table_resolver
+        if cached is None or resolver is not None:
+            tm = parse_table_map(buf, body, end, fde)
+            if resolver is not None:
+                tm = resolver(tm, self.name, ev.pos)
+            wanted = self._wanted(tm)
+            dec = RowImageDecoder(tm) if wanted else None
+            cached = (tm, dec)
+            if resolver is None:
+                if len(self.d._decoder_cache) > 10000:
+                    self.d._decoder_cache.clear()
+                self.d._decoder_cache[key] = cached
+        else:
+            cached[0].table_id = table_id
+        self.tables[table_id] = cached
+
+    def _wanted(self, tm: TableMap) -> bool:
+        o = self.opts
+        if o.databases is not None and tm.database not in o.databases:
+            return False
+        return not (o.tables is not None and not o.tables.search(tm.qualified_name))
+
+    # -- rows ------------------------------------------------------------------------------------------
+    def _rows(self, ev: RawEvent, buf, body, end, etype, sub, fde, info) -> Iterator[RowChange]:
+        kind, version, compressed = info
+        rh = parse_rows_header(buf, body, end, fde, etype, kind, version, compressed)
+        entry = self.tables.get(rh.table_id)
+        if entry is None:
+            raise MissingTableMap(
+                f"{event_name(etype)} refers to table id {rh.table_id}, which no TABLE_MAP in this transaction "
+                "defined", self.name, ev.pos,
+            )
+        tm, dec = entry
+        t = self.txn
+        self._start_txn(ev.pos, ev.timestamp)
+        if dec is None:  # filtered out by --databases/--tables
+            return
+        op = OPS[kind]
+        opts = self.opts
+        if opts.ops is not None and op not in opts.ops:
+            return
+        if not self._time_ok(ev.timestamp):
+            return
+        name, pos, txn_pos, ts, gtid = self.name, ev.pos, t.pos, ev.timestamp, t.gtid
+        n = 0
+        try:
+            for before, after in iter_rows(rh, dec):
+                yield RowChange(name, pos, txn_pos, sub, n, ts, gtid, tm, op, before, after)
+                n += 1
+        except ValueError_ as exc:
+            raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}, row {n}: {exc}", name, pos) from None
+        t.rows += n
+        t.last_ts = ts
+        q = tm.qualified_name
+        t.tables[q] = t.tables.get(q, 0) + n
+        self.result.rows += n
+
+    # -- TRANSACTION_PAYLOAD ---------------------------------------------------------------------------
+    def _payload(self, ev: RawEvent, buf, body, end, fde) -> Iterator[RowChange | EventRecord]:
+        p = parse_transaction_payload(buf, body, end)
+        data = bytes(buf[p.data_start : p.data_end])
+        if p.compression == 0:
+            try:
+                import zstandard
+            except ImportError:  # pragma: no cover - zstandard is a dependency
+                raise UnsupportedFeature("zstandard is not installed", self.name, ev.pos) from None
+            reader = zstandard.ZstdDecompressor().stream_reader(data)
+        elif p.compression == 255:
+            import io
+
+            reader = io.BytesIO(data)
+        else:
+            raise UnsupportedFeature(f"TRANSACTION_PAYLOAD compression type {p.compression}", self.name, ev.pos)
+        if self.opts.all_events:
+            yield self._record("payload", ev, 0, compressed_size=p.payload_size, uncompressed_size=p.uncompressed_size)
+        inner_fde = FormatDescription(fde.binlog_version, fde.server_version, fde.created, fde.header_length,
+                                      fde.post_header, 0)
+        offset = 0
+        try:
+            while True:
+                header = _read_exact(reader, HEADER_LEN)
+                if not header:
+                    break
+                if len(header) < HEADER_LEN:
+                    raise CorruptEvent(f"TRANSACTION_PAYLOAD ends inside an inner event header at offset {offset}",
+                                       self.name, ev.pos)
+                ts, itype, server_id, size, log_pos, flags = HEADER.unpack_from(header, 0)
+                if size < HEADER_LEN:
+                    raise CorruptEvent(f"inner event at payload offset {offset} has length {size}", self.name, ev.pos)
+                rest = _read_exact(reader, size - HEADER_LEN)
+                if len(rest) != size - HEADER_LEN:
+                    raise CorruptEvent(f"TRANSACTION_PAYLOAD ends inside the inner event at offset {offset}",
+                                       self.name, ev.pos)
+                inner_buf = header + rest
+                # Inner events report the payload's position and size; `sub` is their offset in the payload.
+                inner = RawEvent(ev.pos, ts, itype, server_id, ev.size, log_pos, flags, inner_buf, 0, HEADER_LEN,
+                                 size)
+                self.in_payload = True
+                self.d.event_counts[("inner", itype)] += 1
+                yield from self.handle(inner, inner_buf, HEADER_LEN, size, itype, offset, inner_fde)
+                offset += size
+        except BodyError as exc:
+            raise CorruptEvent(f"inner event at payload offset {offset}: {exc}", self.name, ev.pos) from None
+        except BinlogError:
+            raise
+        except Exception as exc:
+            if type(exc).__module__.startswith("zstandard") or "zstd" in type(exc).__name__.lower():
+                raise CorruptEvent(f"TRANSACTION_PAYLOAD does not decompress: {exc}", self.name, ev.pos) from None
+            raise
+        finally:
+            self.in_payload = False
+
+
+def _read_exact(reader, n: int) -> bytes:
+    parts = []
+    while n > 0:
+        chunk = reader.read(n)
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)

@@ -1,0 +1,409 @@
+"""TABLE_MAP parsing and rows-event decoding (WRITE/UPDATE/DELETE v0/v1/v2, PARTIAL_UPDATE, MariaDB compressed)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+from .charsets import decode_text
+from .constants import ColumnType as T
+from .constants import EventType, RowsKind, TableMapMeta
+from .events import maria_uncompress
+from .fde import FormatDescription
+from .packing import BodyError, need, packed_int, take
+from .tablemap import CHARACTER_TYPES, NUMERIC_TYPES, Column, TableMap
+from .values import ValueError_, column_decoder, string_real_type
+
+U16 = struct.Struct("<H")
+
+
+class _Absent:
+    """Marks a column that is not part of a row image (minimal row images, NDB partial rows)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT: Any = _Absent()
+
+_ONE_BYTE_META = frozenset(
+    {T.FLOAT, T.DOUBLE, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.TIMESTAMP2,
+     T.DATETIME2, T.TIME2, T.VECTOR}
+)
+_TWO_BYTE_LE_META = frozenset({T.VARCHAR, T.VAR_STRING, T.BIT})
+_TWO_BYTE_BE_META = frozenset({T.NEWDECIMAL, T.STRING, T.ENUM, T.SET, T.DECIMAL})
+
+
+def _read_type_meta(t: int, buf: bytes, off: int, end: int) -> tuple[int, int, int]:
+    """Returns (resolved type, meta, new offset) for one column's type metadata."""
+    if t in _ONE_BYTE_META:
+        need(off, 1, end)
+        return t, buf[off], off + 1
+    if t in _TWO_BYTE_LE_META:
+        need(off, 2, end)
+        return t, U16.unpack_from(buf, off)[0], off + 2
+    if t in _TWO_BYTE_BE_META:
+        need(off, 2, end)
+        meta = buf[off] << 8 | buf[off + 1]
+        if t == T.STRING:
+            real, length = string_real_type(meta)
+            if real in (T.ENUM, T.SET):
+                return real, meta & 0xFF, off + 2
+            return T.STRING, length, off + 2
+        return t, meta, off + 2
+    if t == T.TYPED_ARRAY:
+        need(off, 1, end)
+        sub, meta, off = _read_type_meta(buf[off], buf, off + 1, end)
+        return t, meta, off
+    return t, 0, off
+
+
+def _msb_bits(data: bytes, count: int) -> list[bool]:
+    return [bool(data[i // 8] & (0x80 >> (i % 8))) for i in range(count)] if len(data) * 8 >= count else []
+
+
+def parse_table_map(buf: bytes, body: int, end: int, fde: FormatDescription) -> TableMap:
+    post = fde.post_header_len(EventType.TABLE_MAP) or 8
+    need(body, post, end)
+    if post == 6:
+        table_id = int.from_bytes(buf[body : body + 4], "little")
+    else:
+        table_id = int.from_bytes(buf[body : body + 6], "little")
+    flags = U16.unpack_from(buf, body + post - 2)[0]
+    off = body + post
+    need(off, 1, end)
+    db, off = take(buf, off + 1, buf[off], end)
+    off += 1
+    need(off, 1, end)
+    tbl, off = take(buf, off + 1, buf[off], end)
+    off += 1
+    ncols, off = packed_int(buf, off, end)
+    types, off = take(buf, off, ncols, end)
+    if off == end:
+        # Pre-GA 5.1 trees wrote no metadata block and no null bitmap.
+        return TableMap(table_id, db.decode("utf-8", "replace"), tbl.decode("utf-8", "replace"),
+                        [Column(i, t) for i, t in enumerate(types)], flags)
+    meta_len, off = packed_int(buf, off, end)
+    meta_end = off + meta_len
+    need(off, meta_len, end)
+    columns: list[Column] = []
+    for i, t in enumerate(types):
+        rt, meta, off = _read_type_meta(t, buf, off, meta_end)
+        columns.append(Column(i, rt, meta))
+    if off != meta_end:
+        raise BodyError(f"column metadata is {meta_len} bytes but the types use {off - (meta_end - meta_len)}")
+    nbytes = (ncols + 7) // 8
+    nulls, off = take(buf, off, nbytes, end)
+    for i, col in enumerate(columns):
+        col.nullable = bool(nulls[i // 8] & (1 << (i % 8)))
+    tm = TableMap(table_id, db.decode("utf-8", "replace"), tbl.decode("utf-8", "replace"), columns, flags)
+    _parse_optional_metadata(tm, buf, off, end)
+    return tm
+
+
+def _parse_optional_metadata(tm: TableMap, buf: bytes, off: int, end: int) -> None:
+    cols = tm.columns
+    numeric = [c for c in cols if c.type in NUMERIC_TYPES]
+    character = [c for c in cols if c.type in CHARACTER_TYPES]
+    enum_set = [c for c in cols if c.type in (T.ENUM, T.SET)]
+    enums = [c for c in cols if c.type == T.ENUM]
+    sets = [c for c in cols if c.type == T.SET]
+    geoms = [c for c in cols if c.type == T.GEOMETRY]
+    vectors = [c for c in cols if c.type == T.VECTOR]
+    label_charset: dict[int, int] = {}
+    raw_labels: dict[int, list[bytes]] = {}
+    while off < end:
+        ftype = buf[off]
+        flen, off = packed_int(buf, off + 1, end)
+        need(off, flen, end)
+        fend = off + flen
+        tm.metadata_fields.append(ftype)
+        if ftype == TableMapMeta.SIGNEDNESS:
+            bits = _msb_bits(bytes(buf[off:fend]), len(numeric))
+            for c, unsigned in zip(numeric, bits, strict=False):
+                c.signed = not unsigned
+            tm.signedness_known = True
+        elif ftype in (TableMapMeta.DEFAULT_CHARSET, TableMapMeta.ENUM_AND_SET_DEFAULT_CHARSET):
+            targets = character if ftype == TableMapMeta.DEFAULT_CHARSET else enum_set
+            default, p = packed_int(buf, off, fend)
+            chosen = dict.fromkeys(range(len(targets)), default)
+            while p < fend:
+                idx, p = packed_int(buf, p, fend)
+                coll, p = packed_int(buf, p, fend)
+                chosen[idx] = coll
+            for i, c in enumerate(targets):
+                if ftype == TableMapMeta.DEFAULT_CHARSET:
+                    c.collation = chosen[i]
+                else:
+                    label_charset[c.index] = chosen[i]
+            tm.charsets_known = tm.charsets_known or ftype == TableMapMeta.DEFAULT_CHARSET
+        elif ftype in (TableMapMeta.COLUMN_CHARSET, TableMapMeta.ENUM_AND_SET_COLUMN_CHARSET):
+            targets = character if ftype == TableMapMeta.COLUMN_CHARSET else enum_set
+            p = off
+            for c in targets:
+                coll, p = packed_int(buf, p, fend)
+                if ftype == TableMapMeta.COLUMN_CHARSET:
+                    c.collation = coll
+                else:
+                    label_charset[c.index] = coll
+            tm.charsets_known = tm.charsets_known or ftype == TableMapMeta.COLUMN_CHARSET
+        elif ftype == TableMapMeta.COLUMN_NAME:
+            p = off
+            for c in cols:
+                n, p = packed_int(buf, p, fend)
+                name, p = take(buf, p, n, fend)
+                c.name = name.decode("utf-8", "replace")
+            tm.names_from_server = True
+        elif ftype in (TableMapMeta.SET_STR_VALUE, TableMapMeta.ENUM_STR_VALUE):
+            targets = sets if ftype == TableMapMeta.SET_STR_VALUE else enums
+            p = off
+            for c in targets:
+                count, p = packed_int(buf, p, fend)
+                labels = []
+                for _ in range(count):
+                    n, p = packed_int(buf, p, fend)
+                    label, p = take(buf, p, n, fend)
+                    labels.append(label)
+                raw_labels[c.index] = labels
+        elif ftype == TableMapMeta.GEOMETRY_TYPE:
+            p = off
+            for c in geoms:
+                c.geometry_type, p = packed_int(buf, p, fend)
+        elif ftype == TableMapMeta.SIMPLE_PRIMARY_KEY:
+            p = off
+            pk = []
+            while p < fend:
+                idx, p = packed_int(buf, p, fend)
+                pk.append(idx)
+            tm.primary_key = pk
+        elif ftype == TableMapMeta.PRIMARY_KEY_WITH_PREFIX:
+            p = off
+            pk = []
+            while p < fend:
+                idx, p = packed_int(buf, p, fend)
+                _prefix, p = packed_int(buf, p, fend)
+                pk.append(idx)
+            tm.primary_key = pk
+        elif ftype == TableMapMeta.COLUMN_VISIBILITY:
+            for c, visible in zip(cols, _msb_bits(bytes(buf[off:fend]), len(cols)), strict=False):
+                c.visible = visible
+        elif ftype == TableMapMeta.VECTOR_DIMENSIONALITY:
+            p = off
+            for c in vectors:
+                c.vector_dimension, p = packed_int(buf, p, fend)
+        off = fend
+    for idx, labels in raw_labels.items():
+        coll = label_charset.get(idx)
+        decoded = [decode_text(raw, coll) for raw in labels]
+        if cols[idx].type == T.ENUM:
+            cols[idx].enum_labels = decoded
+        else:
+            cols[idx].set_labels = decoded
+
+
+# -- rows events ------------------------------------------------------------------------------------------
+
+
+class RowsEvent:
+    """A parsed rows event header; iterate `images()` to decode its rows against the table map."""
+
+    __slots__ = ("kind", "table_id", "flags", "ncols", "present", "present_after", "buf", "rows_start", "rows_end",
+                 "partial", "version")
+
+    def __init__(self, kind, table_id, flags, ncols, present, present_after, buf, rows_start, rows_end, partial,
+                 version=2):
+        self.version = version
+        self.kind = kind
+        self.table_id = table_id
+        self.flags = flags
+        self.ncols = ncols
+        self.present = present
+        self.present_after = present_after
+        self.buf = buf
+        self.rows_start = rows_start
+        self.rows_end = rows_end
+        self.partial = partial
+
+
+def _bitmap(buf: bytes, off: int, n: int, end: int) -> tuple[int, int]:
+    nbytes = (n + 7) // 8
+    need(off, nbytes, end)
+    return int.from_bytes(buf[off : off + nbytes], "little"), off + nbytes
+
+
+def parse_rows_header(
+    buf: bytes, body: int, end: int, fde: FormatDescription, event_type: int, kind: int, version: int, compressed: bool
+) -> RowsEvent:
+    post = fde.post_header_len(event_type)
+    if post == 0:
+        post = 10 if version == 2 else 8
+    need(body, post, end)
+    table_id = int.from_bytes(buf[body : body + (4 if post == 6 else 6)], "little")
+    flags = U16.unpack_from(buf, body + (4 if post == 6 else 6))[0]
+    off = body + post
+    if version == 2 and post >= 10:
+        extra_len = U16.unpack_from(buf, body + 8)[0]
+        if extra_len < 2:
+            raise BodyError(f"rows event extra-data length {extra_len} is below its minimum of 2")
+        need(off, extra_len - 2, end)
+        off += extra_len - 2
+    ncols, off = packed_int(buf, off, end)
+    present, off = _bitmap(buf, off, ncols, end)
+    present_after = present
+    if kind == RowsKind.UPDATE and version > 0:  # pre-GA updates share one bitmap for both images
+        present_after, off = _bitmap(buf, off, ncols, end)
+    if compressed:
+        data = maria_uncompress(bytes(buf[off:end]))
+        buf, off, end = data, 0, len(data)
+    return RowsEvent(kind, table_id, flags, ncols, present, present_after, buf, off, end,
+                     event_type == EventType.PARTIAL_UPDATE_ROWS, version)
+
+
+class RowImageDecoder:
+    """Decodes row images of one table map; plans per columns-present bitmap are cached."""
+
+    def __init__(self, table: TableMap, json_structured: bool = False) -> None:
+        self.table = table
+        self.ncols = len(table.columns)
+        self.decoders = [column_decoder(c) for c in table.columns]
+        self._plans: dict[int, tuple[list, int, bool]] = {}
+        self.json_indexes = [c.index for c in table.columns if c.type == T.JSON]
+        self._structured: list | None = None
+
+    def plan(self, present: int, version: int = 2) -> tuple[list, int, bool]:
+        key = present if version else -1 - present
+        p = self._plans.get(key)
+        if p is None:
+            cols = [(i, self.decoders[i]) for i in range(self.ncols) if present >> i & 1]
+            if version == 0:
+                # Pre-GA images are the table's record format: a leading reserved null bit, then one per column.
+                p = (cols, (len(cols) + 8) // 8, len(cols) != self.ncols, 1)
+            else:
+                p = (cols, (len(cols) + 7) // 8, len(cols) != self.ncols, 0)
+            self._plans[key] = p
+        return p
+
+    def structured_decoders(self) -> list:
+        """Decoders that keep JSON as a structure (needed to apply partial JSON diffs)."""
+        if self._structured is None:
+            from .jsonb import decode_jsonb
+
+            out = list(self.decoders)
+            for i in self.json_indexes:
+                prefix = self.table.columns[i].meta or 4
+
+                def dec(buf, off, _p=prefix):
+                    n = int.from_bytes(buf[off : off + _p], "little")
+                    raw = buf[off + _p : off + _p + n]
+                    if len(raw) != n:
+                        raise ValueError_("JSON value runs past the row")
+                    return decode_jsonb(raw), off + _p + n
+
+                out[i] = dec
+            self._structured = out
+        return self._structured
+
+
+def decode_image(buf: bytes, off: int, plan: tuple, ncols: int) -> tuple[list, int]:
+    cols, nbytes, partial, shift = plan
+    nulls = int.from_bytes(buf[off : off + nbytes], "little") >> shift
+    off += nbytes
+    row = [ABSENT] * ncols if partial else [None] * ncols
+    if nulls == 0:
+        for idx, dec in cols:
+            row[idx], off = dec(buf, off)
+    else:
+        bit = 1
+        for idx, dec in cols:
+            if nulls & bit:
+                row[idx] = None
+            else:
+                row[idx], off = dec(buf, off)
+            bit <<= 1
+    return row, off
+
+
+def iter_rows(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list | None, list | None]]:
+    """Yield (before, after) per row: inserts (None, after), deletes (before, None), updates (before, after)."""
+    buf, off, end, ncols = ev.buf, ev.rows_start, ev.rows_end, dec.ncols
+    if ev.ncols != ncols:
+        raise BodyError(f"rows event has {ev.ncols} columns but its table map has {ncols}")
+    kind = ev.kind
+    if ev.partial:
+        yield from _iter_partial(ev, dec)
+        return
+    plan = dec.plan(ev.present, ev.version)
+    if kind == RowsKind.UPDATE:
+        plan_after = dec.plan(ev.present_after, ev.version)
+        while off < end:
+            before, off = decode_image(buf, off, plan, ncols)
+            after, off = decode_image(buf, off, plan_after, ncols)
+            if off > end:
+                raise BodyError("row image runs past the end of the event")
+            yield before, after
+    elif kind == RowsKind.WRITE:
+        while off < end:
+            after, off = decode_image(buf, off, plan, ncols)
+            if off > end:
+                raise BodyError("row image runs past the end of the event")
+            yield None, after
+    else:
+        while off < end:
+            before, off = decode_image(buf, off, plan, ncols)
+            if off > end:
+                raise BodyError("row image runs past the end of the event")
+            yield before, None
+
+
+def _iter_partial(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list, list]]:
+    """PARTIAL_UPDATE_ROWS: the after image may hold JSON diffs to apply to the before image's documents."""
+    from .jsonb import apply_json_diffs, parse_json_diffs, to_json_text
+
+    buf, off, end, ncols = ev.buf, ev.rows_start, ev.rows_end, dec.ncols
+    decoders = dec.structured_decoders()
+    cols = dec.table.columns
+    before_cols = [(i, decoders[i]) for i in range(ncols) if ev.present >> i & 1]
+    after_cols = [(i, decoders[i]) for i in range(ncols) if ev.present_after >> i & 1]
+    before_plan = (before_cols, (len(before_cols) + 7) // 8, len(before_cols) != ncols, 0)
+    json_after = [i for i, _ in after_cols if cols[i].type == T.JSON]
+    while off < end:
+        before, off = decode_image(buf, off, before_plan, ncols)
+        options, off = packed_int(buf, off, end)
+        partial_cols: set[int] = set()
+        if options & 1 and dec.json_indexes:
+            bits, off = _bitmap(buf, off, len(json_after), end)
+            partial_cols = {i for n, i in enumerate(json_after) if bits >> n & 1}
+        nbytes = (len(after_cols) + 7) // 8
+        nulls = int.from_bytes(buf[off : off + nbytes], "little")
+        off += nbytes
+        after = [ABSENT] * ncols if len(after_cols) != ncols else [None] * ncols
+        for bit, (idx, d) in enumerate(after_cols):
+            if nulls >> bit & 1:
+                after[idx] = None
+            elif idx in partial_cols:
+                prefix = cols[idx].meta or 4
+                n = int.from_bytes(buf[off : off + prefix], "little")
+                start = off + prefix
+                need(start, n, end)
+                diffs = parse_json_diffs(buf, start, start + n)
+                base = before[idx]
+                if base is ABSENT:
+                    raise BodyError(f"partial JSON update of column {idx + 1} without its before image")
+                after[idx] = apply_json_diffs(base, diffs)
+                off = start + n
+            else:
+                after[idx], off = d(buf, off)
+        if off > end:
+            raise BodyError("row image runs past the end of the event")
+        for i in dec.json_indexes:
+            if before[i] is not None and before[i] is not ABSENT:
+                before[i] = to_json_text(before[i])
+            if after[i] is not None and after[i] is not ABSENT:
+                after[i] = to_json_text(after[i])
+        yield before, after

@@ -1,0 +1,160 @@
+"""`binlake stats`: row counts per table and operation, transaction sizes and durations, throughput over time."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .output import format_ts
+from .records import EventRecord, RowChange
+
+
+@dataclass
+class TxnInfo:
+    file: str
+    pos: int
+    gtid: str | None
+    rows: int
+    bytes: int
+    first_ts: int
+    last_ts: int
+
+    @property
+    def duration(self) -> int:
+        return max(0, self.last_ts - self.first_ts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "pos": self.pos, "gtid": self.gtid, "rows": self.rows, "bytes": self.bytes,
+                "start": format_ts(self.first_ts), "duration_s": self.duration}
+
+
+@dataclass
+class BinlogStats:
+    top: int = 10
+    rows_by_table: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    rows_per_second: Counter = field(default_factory=Counter)
+    transactions: int = 0
+    statements: int = 0
+    ddl: int = 0
+    _largest: list = field(default_factory=list)
+    _longest: list = field(default_factory=list)
+    _seq: int = 0
+
+    def add(self, r: RowChange | EventRecord) -> None:
+        if isinstance(r, RowChange):
+            self.rows_by_table[r.table.qualified_name][r.op] += 1
+            self.rows_per_second[r.ts] += 1
+            return
+        if r.kind == "commit":
+            s = r.info.get("summary")
+            if s is None:
+                return
+            self.transactions += 1
+            t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, s.rows, s.bytes, s.first_ts,
+                        s.last_ts)
+            self._seq += 1
+            self._push(self._largest, (t.rows, t.bytes, -self._seq, t))
+            self._push(self._longest, (t.duration, t.rows, -self._seq, t))
+        elif r.kind == "statement":
+            self.statements += 1
+        elif r.kind == "ddl":
+            self.ddl += 1
+
+    def _push(self, heap: list, item: tuple) -> None:
+        if len(heap) < self.top:
+            heapq.heappush(heap, item)
+        elif item[:3] > heap[0][:3]:
+            heapq.heapreplace(heap, item)
+
+    def consume(self, records: Iterable[RowChange | EventRecord]) -> BinlogStats:
+        for r in records:
+            self.add(r)
+        return self
+
+    @property
+    def largest(self) -> list[TxnInfo]:
+        return [t for *_, t in sorted(self._largest, reverse=True)]
+
+    @property
+    def longest(self) -> list[TxnInfo]:
+        return [t for *_, t in sorted(self._longest, reverse=True)]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(sum(c.values()) for c in self.rows_by_table.values())
+
+
+def timeline(per_second: dict[int, int], buckets: int = 60) -> list[tuple[int, int, int]]:
+    """Group per-second counts into at most `buckets` equal spans: (start ts, span seconds, count)."""
+    if not per_second:
+        return []
+    lo, hi = min(per_second), max(per_second)
+    span = max(1, -(-(hi - lo + 1) // buckets))
+    out: Counter = Counter()
+    for ts, n in per_second.items():
+        out[lo + (ts - lo) // span * span] += n
+    return [(ts, span, out[ts]) for ts in sorted(out)]
+
+
+def stats_report(stats: BinlogStats, decoder_results: list, event_counts: Counter, events_per_second: dict[int, int],
+                 elapsed: float, size_bytes: int) -> dict[str, Any]:
+    rows_tl = {ts: n for ts, _, n in timeline(stats.rows_per_second)}
+    return {
+        "files": [
+            {"file": r.name, "server_version": r.server_version, "events": r.events, "rows": r.rows,
+             "end": r.end.status if r.end else None, "end_pos": r.end.pos if r.end else None, "in_use": r.in_use}
+            for r in decoder_results
+        ],
+        "events": sum(event_counts.values()),
+        "event_types": dict(sorted(event_counts.items())),
+        "rows": stats.total_rows,
+        "tables": {t: dict(sorted(c.items())) for t, c in sorted(stats.rows_by_table.items())},
+        "transactions": stats.transactions,
+        "statement_events": stats.statements,
+        "ddl_events": stats.ddl,
+        "largest_transactions": [t.as_dict() for t in stats.largest],
+        "longest_transactions": [t.as_dict() for t in stats.longest],
+        "events_over_time": [{"start": format_ts(ts), "seconds": s, "events": n}
+                             for ts, s, n in timeline(events_per_second)],
+        "rows_over_time": [{"start": format_ts(ts), "rows": n} for ts, n in sorted(rows_tl.items())],
+        "decode_seconds": round(elapsed, 3),
+        "bytes": size_bytes,
+        "rows_per_second": round(stats.total_rows / elapsed) if elapsed > 0 else None,
+        "mb_per_second": round(size_bytes / elapsed / 1e6, 2) if elapsed > 0 else None,
+    }
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines = []
+    lines.append(f"files: {len(report['files'])}  events: {report['events']}  rows: {report['rows']}  "
+                 f"transactions: {report['transactions']}  statement events: {report['statement_events']}  "
+                 f"DDL: {report['ddl_events']}")
+    for f in report["files"]:
+        lines.append(f"  {f['file']}: {f['server_version']}, {f['events']} events, {f['rows']} rows, "
+                     f"ended {f['end']} at {f['end_pos']}")
+    lines.append("")
+    lines.append(f"{'table':40} {'insert':>10} {'update':>10} {'delete':>10}")
+    for t, c in report["tables"].items():
+        lines.append(f"{t:40} {c.get('insert', 0):>10} {c.get('update', 0):>10} {c.get('delete', 0):>10}")
+    lines.append("")
+    lines.append("largest transactions (rows, bytes):")
+    for t in report["largest_transactions"]:
+        lines.append(f"  {t['file']}:{t['pos']}  {t['rows']} rows  {t['bytes']} bytes  {t['start']}  {t['gtid'] or ''}")
+    lines.append("longest transactions (first event to commit):")
+    for t in report["longest_transactions"]:
+        lines.append(f"  {t['file']}:{t['pos']}  {t['duration_s']} s  {t['rows']} rows  {t['start']}")
+    lines.append("")
+    lines.append("events over time:")
+    peak = max((e["events"] for e in report["events_over_time"]), default=0)
+    for e in report["events_over_time"]:
+        bar = "#" * (round(40 * e["events"] / peak) if peak else 0)
+        lines.append(f"  {e['start']} +{e['seconds']}s {e['events']:>9} {bar}")
+    lines.append("")
+    lines.append(f"event types: {', '.join(f'{k}={v}' for k, v in report['event_types'].items())}")
+    if report["rows_per_second"] is not None:
+        lines.append(f"decoded {report['bytes']} bytes in {report['decode_seconds']} s: "
+                     f"{report['rows_per_second']} rows/s, {report['mb_per_second']} MB/s")
+    return "\n".join(lines)

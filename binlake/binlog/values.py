@@ -1,0 +1,426 @@
+"""Column value decoders: one function per column, built once per TABLE_MAP, `f(buf, off) -> (value, off)`.
+
+Value contract (what rows come out as, before any output formatting):
+- TINY..LONGLONG: int (unsigned when the column is known unsigned). BIT: int. YEAR: int (0 for the zero year).
+- NEWDECIMAL: decimal.Decimal with exactly the column's scale. FLOAT/DOUBLE: float.
+- DATE 'YYYY-MM-DD'; DATETIME 'YYYY-MM-DD HH:MM:SS[.f]'; TIMESTAMP the same, in UTC; TIME '[-]HH:MM:SS[.f]';
+  f has exactly the column's fsp digits; zero and partial dates come out as written ('0000-00-00').
+- Character columns: str decoded with the column charset; binary-collation columns: bytes. When the charset is
+  unknown (no metadata, no schema) a value that is valid UTF-8 is a str, else bytes.
+- ENUM: label (str) when labels are known, else the 1-based index (int). SET: comma-joined labels, else bitmask.
+- JSON: canonical JSON text (str). GEOMETRY, VECTOR: bytes as stored. NULL: None.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from .charsets import BINARY, decoder_for
+from .constants import ColumnType as T
+from .tablemap import Column
+
+Decoder = Callable[[bytes, int], tuple[Any, int]]
+
+_S_H = struct.Struct("<h").unpack_from
+_S_UH = struct.Struct("<H").unpack_from
+_S_I = struct.Struct("<i").unpack_from
+_S_UI = struct.Struct("<I").unpack_from
+_S_Q = struct.Struct("<q").unpack_from
+_S_UQ = struct.Struct("<Q").unpack_from
+_S_F = struct.Struct("<f").unpack_from
+_S_D = struct.Struct("<d").unpack_from
+_S_BE_I = struct.Struct(">I").unpack_from
+_gmtime = time.gmtime
+
+DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+
+
+class ValueError_(Exception):
+    """A stored value that cannot be valid for its column (turned into CorruptEvent by the caller)."""
+
+
+# -- integers ---------------------------------------------------------------------------------------------
+
+
+def _tiny_s(buf, off):
+    v = buf[off]
+    return (v - 256 if v > 127 else v), off + 1
+
+
+def _tiny_u(buf, off):
+    return buf[off], off + 1
+
+
+def _short_s(buf, off):
+    return _S_H(buf, off)[0], off + 2
+
+
+def _short_u(buf, off):
+    return _S_UH(buf, off)[0], off + 2
+
+
+def _int24_s(buf, off):
+    v = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16
+    return (v - 0x1000000 if v & 0x800000 else v), off + 3
+
+
+def _int24_u(buf, off):
+    return buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16, off + 3
+
+
+def _long_s(buf, off):
+    return _S_I(buf, off)[0], off + 4
+
+
+def _long_u(buf, off):
+    return _S_UI(buf, off)[0], off + 4
+
+
+def _longlong_s(buf, off):
+    return _S_Q(buf, off)[0], off + 8
+
+
+def _longlong_u(buf, off):
+    return _S_UQ(buf, off)[0], off + 8
+
+
+def _float(buf, off):
+    return _S_F(buf, off)[0], off + 4
+
+
+def _double(buf, off):
+    return _S_D(buf, off)[0], off + 8
+
+
+def _year(buf, off):
+    v = buf[off]
+    return (1900 + v if v else 0), off + 1
+
+
+INTEGER_DECODERS = {
+    T.TINY: (_tiny_s, _tiny_u),
+    T.SHORT: (_short_s, _short_u),
+    T.INT24: (_int24_s, _int24_u),
+    T.LONG: (_long_s, _long_u),
+    T.LONGLONG: (_longlong_s, _longlong_u),
+}
+INTEGER_SIZES = {T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8}
+
+
+# -- DECIMAL ----------------------------------------------------------------------------------------------
+
+
+def decimal_size(precision: int, scale: int) -> int:
+    intg = precision - scale
+    return (intg // 9) * 4 + DIG2BYTES[intg % 9] + (scale // 9) * 4 + DIG2BYTES[scale % 9]
+
+
+def make_decimal(precision: int, scale: int) -> Decoder:
+    """MySQL binary DECIMAL: 9 digits per 4 bytes, big-endian, sign in the top bit, negatives inverted."""
+    if precision < 1 or precision > 65 or scale > 30 or scale > precision:
+        raise ValueError_(f"impossible DECIMAL({precision},{scale}) metadata")
+    intg = precision - scale
+    groups: list[tuple[int, int]] = []  # (bytes, digits) in storage order
+    if intg % 9:
+        groups.append((DIG2BYTES[intg % 9], intg % 9))
+    groups += [(4, 9)] * (intg // 9)
+    n_int = len(groups)
+    groups += [(4, 9)] * (scale // 9)
+    if scale % 9:
+        groups.append((DIG2BYTES[scale % 9], scale % 9))
+    size = sum(b for b, _ in groups)
+    quantum = Decimal(1).scaleb(-scale)
+
+    def dec(buf, off):
+        raw = bytearray(buf[off : off + size])
+        if len(raw) != size:
+            raise ValueError_("DECIMAL runs past the row")
+        negative = not raw[0] & 0x80
+        raw[0] ^= 0x80
+        if negative:
+            raw = bytearray(b ^ 0xFF for b in raw)
+        parts = []
+        p = 0
+        for i, (nb, nd) in enumerate(groups):
+            v = int.from_bytes(raw[p : p + nb], "big")
+            p += nb
+            if v >= 10**nd:
+                raise ValueError_(f"DECIMAL digit group {v} exceeds {nd} digits")
+            parts.append(str(v) if i < n_int and not parts else str(v).zfill(nd))
+        int_part = "".join(parts[:n_int]) or "0"
+        frac_part = "".join(parts[n_int:])
+        text = f"{'-' if negative else ''}{int_part}.{frac_part}" if scale else f"{'-' if negative else ''}{int_part}"
+        value = Decimal(text)
+        if value.as_tuple().exponent != -scale:
+            value = value.quantize(quantum)
+        return value, off + size
+
+    return dec
+
+
+# -- temporal ---------------------------------------------------------------------------------------------
+
+
+def _frac_reader(fsp: int):
+    """(bytes, multiplier to microseconds) for the fractional part of TIME2/DATETIME2/TIMESTAMP2."""
+    return {0: (0, 0), 1: (1, 10000), 2: (1, 10000), 3: (2, 100), 4: (2, 100), 5: (3, 1), 6: (3, 1)}[fsp]
+
+
+def _frac_text(us: int, fsp: int) -> str:
+    return "." + str(us // 10 ** (6 - fsp)).zfill(fsp) if fsp else ""
+
+
+def _date(buf, off):
+    v = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16
+    return f"{v >> 9:04d}-{(v >> 5) & 15:02d}-{v & 31:02d}", off + 3
+
+
+def _datetime_old(buf, off):
+    v = _S_UQ(buf, off)[0]
+    d, t = divmod(v, 1000000)
+    y, md = divmod(d, 10000)
+    mo, da = divmod(md, 100)
+    h, ms = divmod(t, 10000)
+    mi, s = divmod(ms, 100)
+    return f"{y:04d}-{mo:02d}-{da:02d} {h:02d}:{mi:02d}:{s:02d}", off + 8
+
+
+def _time_old(buf, off):
+    v = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16
+    if v & 0x800000:
+        v -= 0x1000000
+    sign = "-" if v < 0 else ""
+    v = abs(v)
+    h, ms = divmod(v, 10000)
+    mi, s = divmod(ms, 100)
+    return f"{sign}{h:02d}:{mi:02d}:{s:02d}", off + 3
+
+
+def _timestamp_text(secs: int, us: int, fsp: int) -> str:
+    if secs == 0 and us == 0:
+        return "0000-00-00 00:00:00" + ("." + "0" * fsp if fsp else "")
+    t = _gmtime(secs)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+        + _frac_text(us, fsp)
+    )
+
+
+def _timestamp_old(buf, off):
+    return _timestamp_text(_S_UI(buf, off)[0], 0, 0), off + 4
+
+
+def make_timestamp2(fsp: int) -> Decoder:
+    nb, mult = _frac_reader(fsp)
+
+    def dec(buf, off):
+        secs = _S_BE_I(buf, off)[0]
+        us = int.from_bytes(buf[off + 4 : off + 4 + nb], "big") * mult if nb else 0
+        return _timestamp_text(secs, us, fsp), off + 4 + nb
+
+    return dec
+
+
+def make_datetime2(fsp: int) -> Decoder:
+    nb, mult = _frac_reader(fsp)
+    size = 5 + nb
+
+    def dec(buf, off):
+        intpart = int.from_bytes(buf[off : off + 5], "big") - 0x8000000000
+        frac = int.from_bytes(buf[off + 5 : off + size], "big", signed=True) * mult if nb else 0
+        ymd = intpart >> 17
+        ym = ymd >> 5
+        hms = intpart & 0x1FFFF
+        text = (
+            f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d} {hms >> 12:02d}:{(hms >> 6) & 63:02d}:{hms & 63:02d}"
+        )
+        return text + _frac_text(frac, fsp) if fsp else text, off + size
+
+    return dec
+
+
+def make_time2(fsp: int) -> Decoder:
+    nb, mult = _frac_reader(fsp)
+    size = 3 + nb
+
+    def dec(buf, off):
+        if fsp >= 5:
+            packed = int.from_bytes(buf[off : off + 6], "big") - 0x800000000000
+        else:
+            intpart = int.from_bytes(buf[off : off + 3], "big") - 0x800000
+            if nb:
+                frac = int.from_bytes(buf[off + 3 : off + size], "big")
+                if intpart < 0 and frac:
+                    intpart += 1
+                    frac -= 1 << (8 * nb)
+                packed = (intpart << 24) + frac * mult
+            else:
+                packed = intpart << 24
+        sign = ""
+        if packed < 0:
+            sign = "-"
+            packed = -packed
+        hms = packed >> 24
+        us = packed & 0xFFFFFF
+        text = f"{sign}{(hms >> 12) & 1023:02d}:{(hms >> 6) & 63:02d}:{hms & 63:02d}"
+        return text + _frac_text(us, fsp) if fsp else text, off + size
+
+    return dec
+
+
+# -- strings and blobs ------------------------------------------------------------------------------------
+
+
+def _text_converter(col: Column):
+    """bytes -> value for a character column: str via its charset, bytes for binary, guessed when unknown."""
+    if col.collation == BINARY:
+        return None
+    decode = decoder_for(col.collation)
+    if decode is not None:
+        return decode
+
+    def guess(raw: bytes):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw
+
+    return guess
+
+
+def make_length_prefixed(prefix: int, convert) -> Decoder:
+    if prefix == 1:
+
+        def dec(buf, off):
+            n = buf[off]
+            end = off + 1 + n
+            raw = buf[off + 1 : end]
+            if len(raw) != n:
+                raise ValueError_("string runs past the row")
+            return (convert(raw) if convert else raw), end
+
+        return dec
+
+    def dec_n(buf, off):
+        n = int.from_bytes(buf[off : off + prefix], "little")
+        start = off + prefix
+        raw = buf[start : start + n]
+        if len(raw) != n:
+            raise ValueError_(f"value of {n} bytes runs past the row")
+        return (convert(raw) if convert else raw), start + n
+
+    return dec_n
+
+
+def make_bit(meta: int) -> Decoder:
+    nbytes = (meta >> 8) + (1 if meta & 0xFF else 0)
+
+    def dec(buf, off):
+        return int.from_bytes(buf[off : off + nbytes], "big"), off + nbytes
+
+    return dec
+
+
+def make_enum(size: int, labels: list[str] | None) -> Decoder:
+    def dec(buf, off):
+        idx = int.from_bytes(buf[off : off + size], "little")
+        if labels is None:
+            return idx, off + size
+        if idx == 0:
+            return "", off + size
+        if idx > len(labels):
+            raise ValueError_(f"ENUM index {idx} beyond its {len(labels)} labels")
+        return labels[idx - 1], off + size
+
+    return dec
+
+
+def make_set(size: int, labels: list[str] | None) -> Decoder:
+    def dec(buf, off):
+        mask = int.from_bytes(buf[off : off + size], "little")
+        if labels is None:
+            return mask, off + size
+        if mask >> len(labels):
+            raise ValueError_(f"SET bitmask {mask:#x} has bits beyond its {len(labels)} labels")
+        return ",".join(label for i, label in enumerate(labels) if mask >> i & 1), off + size
+
+    return dec
+
+
+def make_json(prefix: int) -> Decoder:
+    from .jsonb import decode_jsonb_text
+
+    def dec(buf, off):
+        n = int.from_bytes(buf[off : off + prefix], "little")
+        start = off + prefix
+        raw = buf[start : start + n]
+        if len(raw) != n:
+            raise ValueError_("JSON value runs past the row")
+        return decode_jsonb_text(raw), start + n
+
+    return dec
+
+
+def string_real_type(meta: int) -> tuple[int, int]:
+    """STRING metadata -> (real type, max byte length), undoing the CHAR(>255) length packing."""
+    byte0, byte1 = meta >> 8, meta & 0xFF
+    if byte0 and (byte0 & 0x30) != 0x30:
+        return byte0 | 0x30, byte1 | (((byte0 & 0x30) ^ 0x30) << 4)
+    return (byte0 or T.STRING), byte1
+
+
+# -- factory ----------------------------------------------------------------------------------------------
+
+
+def column_decoder(col: Column) -> Decoder:
+    """Build the decoder for one column (its type already resolved from STRING metadata by the table map)."""
+    t = col.type
+    if t in INTEGER_DECODERS:
+        signed_fn, unsigned_fn = INTEGER_DECODERS[t]
+        return unsigned_fn if col.signed is False else signed_fn
+    if t == T.NEWDECIMAL:
+        return make_decimal(col.precision, col.scale)
+    if t == T.FLOAT:
+        return _float
+    if t == T.DOUBLE:
+        return _double
+    if t == T.YEAR:
+        return _year
+    if t in (T.DATE, T.NEWDATE):
+        return _date
+    if t == T.DATETIME:
+        return _datetime_old
+    if t == T.DATETIME2:
+        return make_datetime2(col.meta)
+    if t == T.TIMESTAMP:
+        return _timestamp_old
+    if t == T.TIMESTAMP2:
+        return make_timestamp2(col.meta)
+    if t == T.TIME:
+        return _time_old
+    if t == T.TIME2:
+        return make_time2(col.meta)
+    if t == T.BIT:
+        return make_bit(col.meta)
+    if t in (T.VARCHAR, T.VAR_STRING):
+        return make_length_prefixed(1 if col.meta < 256 else 2, _text_converter(col))
+    if t == T.STRING:
+        return make_length_prefixed(1 if col.meta < 256 else 2, _text_converter(col))
+    if t == T.ENUM:
+        return make_enum(col.meta, col.enum_labels)
+    if t == T.SET:
+        return make_set(col.meta, col.set_labels)
+    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
+        return make_length_prefixed(col.meta, _text_converter(col))
+    if t == T.JSON:
+        return make_json(col.meta or 4)
+    if t in (T.GEOMETRY, T.VECTOR):
+        return make_length_prefixed(col.meta or 4, None)
+    raise ValueError_(f"column type {t} cannot be decoded")
+
+
+FSP_TYPES = frozenset({T.DATETIME2, T.TIMESTAMP2, T.TIME2})

@@ -1,0 +1,1 @@
+"""Thin spark-submit entry points over binlake: session setup and one call each."""

@@ -1,0 +1,36 @@
+"""Spark session setup shared by the entry points (the only place binlake builds a SparkSession)."""
+
+from __future__ import annotations
+
+import os
+
+
+def build_spark_session(app_name: str = "binlake", master: str | None = None, extra_conf: dict | None = None):
+    """A SparkSession with binlake's defaults: UI off, loopback driver, small shuffle, UTC session zone.
+
+    `master` defaults to $BINLAKE_SPARK_MASTER, then local[*]; under spark-submit the submitted master wins.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    chosen = master or os.environ.get("BINLAKE_SPARK_MASTER")
+    if chosen:
+        builder = builder.master(chosen)
+    elif "SPARK_HOME" not in os.environ and not os.environ.get("PYSPARK_SUBMIT_ARGS"):
+        builder = builder.master("local[*]")
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,110 @@
+"""Shared fixtures: private MariaDB servers, one Spark session per run, temp lakes, the fixture binlogs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from binlake.testing.mariadb import PrivateMariaDB, find_server_binary
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_BINLOGS = PROJECT_ROOT.parent / "shared" / "fixtures" / "binlogs"
+
+
+@pytest.fixture(scope="session")
+def fixture_binlogs() -> Path:
+    """The real binlog files in ../shared/fixtures/binlogs (read in place, never copied)."""
+    if not (SHARED_BINLOGS / "MANIFEST.md").exists():
+        pytest.skip(f"fixture binlogs not found at {SHARED_BINLOGS} (only present inside the workplace)")
+    return SHARED_BINLOGS
+
+
+class MariaDBServers:
+    """Starts at most one private server per binlog_row_metadata mode, lazily, for the whole run."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.servers: dict[str, PrivateMariaDB] = {}
+
+    def get(self, row_metadata: str = "FULL") -> PrivateMariaDB:
+        mode = row_metadata.upper()
+        if mode not in self.servers:
+            self.servers[mode] = PrivateMariaDB.start(row_metadata=mode, base_dir=self.base / mode.lower())
+        return self.servers[mode]
+
+    def stop_all(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServers]:
+    if find_server_binary() is None:
+        pytest.skip("no mariadbd/mysqld binary installed (apt-get install -y mariadb-server); .ci/run installs it")
+    servers = MariaDBServers(tmp_path_factory.mktemp("mariadb"))
+    yield servers
+    servers.stop_all()
+
+
+@pytest.fixture(scope="session")
+def mariadb_full(mariadb_servers: MariaDBServers) -> PrivateMariaDB:
+    """The private server writing binlog_row_metadata=FULL."""
+    return mariadb_servers.get("FULL")
+
+
+@pytest.fixture(scope="session")
+def mariadb_minimal(mariadb_servers: MariaDBServers) -> PrivateMariaDB:
+    """The private server writing binlog_row_metadata=MINIMAL."""
+    return mariadb_servers.get("MINIMAL")
+
+
+@pytest.fixture
+def fresh_database(request: pytest.FixtureRequest) -> Callable[[PrivateMariaDB], str]:
+    """Returns a function that creates an empty, uniquely named database on a server."""
+
+    def make(server: PrivateMariaDB) -> str:
+        name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:50].lower()
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cur.execute(f"CREATE DATABASE `{name}`")
+        return name
+
+    return make
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    """On a failing test that used a private server, attach the server's log to the report."""
+    report = yield
+    if report.when == "call" and report.failed:
+        servers = item.funcargs.get("mariadb_servers") if hasattr(item, "funcargs") else None
+        if servers is None and hasattr(item, "funcargs"):
+            for value in item.funcargs.values():
+                if isinstance(value, PrivateMariaDB):
+                    report.sections.append(("mariadb server log", value.server_log()))
+        elif servers is not None:
+            for mode, server in servers.servers.items():
+                report.sections.append((f"mariadb server log ({mode})", server.server_log()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session (local[2], UI off) shared by the whole run; it takes seconds to start."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from spark_jobs.session import build_spark_session
+
+    session = build_spark_session(app_name="binlake-tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake_dir(tmp_path: Path) -> Path:
+    """An empty directory to hold a test's Delta lake."""
+    path = tmp_path / "lake"
+    path.mkdir()
+    return path
