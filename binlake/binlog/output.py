@@ -216,7 +216,8 @@ def rollback_sql(c: RowChange) -> str:
     raise OutputError(f"unknown operation {c.op}")
 
 
-SQL_HEADER = "SET time_zone='+00:00';\nSET NAMES utf8mb4;\n"
+# Values are written as the server stored them: UTC timestamps, zero dates allowed, explicit zeros kept.
+SQL_HEADER = "SET time_zone='+00:00';\nSET NAMES utf8mb4;\nSET SESSION sql_mode='NO_AUTO_VALUE_ON_ZERO';\n"
 
 
 def write_sql(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:

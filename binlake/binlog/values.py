@@ -409,6 +409,10 @@ def column_decoder(col: Column) -> Decoder:
     if t in (T.VARCHAR, T.VAR_STRING):
         return make_length_prefixed(1 if col.meta < 256 else 2, _text_converter(col))
     if t == T.STRING:
+        if col.collation == BINARY and col.meta:
+            # The server strips BINARY(n)'s trailing zero bytes in row images; SELECT returns them padded.
+            width = col.meta
+            return make_length_prefixed(1 if width < 256 else 2, lambda raw: bytes(raw).ljust(width, b"\0"))
         return make_length_prefixed(1 if col.meta < 256 else 2, _text_converter(col))
     if t == T.ENUM:
         return make_enum(col.meta, col.enum_labels)
