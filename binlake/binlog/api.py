@@ -6,7 +6,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -29,7 +29,7 @@ def parse_time(text: str) -> int:
     except ValueError:
         raise ValueError(f"not an ISO 8601 time: {text!r} (example: 2024-05-01T12:00:00Z)") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp())
 
 
@@ -109,7 +109,7 @@ def compute_stats(files: Sequence[str | Path], options: DecodeOptions | None = N
     decoder = BinlogDecoder(opts)
     stats = BinlogStats(top=top)
     started = time.perf_counter()
-    stats.consume(decoder.decode_files(files))
+    stats.consume_batched(decoder.decode_files_batched(files))
     elapsed = time.perf_counter() - started
     size = sum(os.path.getsize(f) for f in files)
     return stats_report(stats, decoder.results, event_type_counts(decoder.event_counts), decoder.events_per_second,

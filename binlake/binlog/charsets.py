@@ -6,6 +6,10 @@ MariaDB's. The table was read from MariaDB 10.11's information_schema.COLLATIONS
 
 from __future__ import annotations
 
+import contextlib
+
+import contextlib
+
 # charset -> collation ids; an int is one id, a pair is an inclusive range.
 _COLLATION_IDS: dict[str, list[int | tuple[int, int]]] = {
     "armscii8": [32, 64, 1056, 1088],
@@ -110,10 +114,8 @@ BINARY = 63
 # byte decodes. Decoding goes through latin-1 (total) and a translation of 0x80-0x9F.
 _CP1252_HIGH = {}
 for _b in range(0x80, 0xA0):
-    try:
+    with contextlib.suppress(UnicodeDecodeError):
         _CP1252_HIGH[_b] = bytes([_b]).decode("cp1252")
-    except UnicodeDecodeError:
-        pass
 _LATIN1_TRANSLATE = str.maketrans({chr(b): c for b, c in _CP1252_HIGH.items()})
 _LATIN1_ENCODE = {c: b for b, c in _CP1252_HIGH.items()}
 
@@ -123,7 +125,7 @@ def decode_mysql_latin1(raw: bytes) -> str:
 
 
 def encode_mysql_latin1(text: str) -> bytes:
-    return bytes(_LATIN1_ENCODE.get(ch, None) or ord(ch) for ch in text) if text else b""
+    return bytes(_LATIN1_ENCODE.get(ch) or ord(ch) for ch in text) if text else b""
 
 
 def decoder_for(collation: int | None):
@@ -160,10 +162,8 @@ def decode_text(raw: bytes, collation: int | None) -> str:
     """Decode statement or string bytes; unknown charsets are read as UTF-8, then Windows-1252 if not UTF-8."""
     dec = decoder_for(collation)
     if dec is not None:
-        try:
+        with contextlib.suppress(UnicodeDecodeError):
             return dec(raw)
-        except UnicodeDecodeError:
-            pass
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -20,7 +20,7 @@ class RowChange:
     the inner event inside a TRANSACTION_PAYLOAD (0 outside one), `row` the row's index inside its event.
     """
 
-    __slots__ = ("file", "pos", "txn_pos", "sub", "row", "ts", "gtid", "table", "op", "before", "after")
+    __slots__ = ("after", "before", "file", "gtid", "op", "pos", "row", "sub", "table", "ts", "txn_pos")
 
     def __init__(self, file, pos, txn_pos, sub, row, ts, gtid, table, op, before, after) -> None:
         self.file = file

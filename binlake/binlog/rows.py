@@ -12,6 +12,7 @@ from .constants import EventType, RowsKind, TableMapMeta
 from .events import maria_uncompress
 from .fde import FormatDescription
 from .packing import BodyError, need, packed_int, take
+from .rowcodegen import compile_image_decoder
 from .tablemap import CHARACTER_TYPES, NUMERIC_TYPES, Column, TableMap
 from .values import ValueError_, column_decoder, string_real_type
 
@@ -59,7 +60,7 @@ def _read_type_meta(t: int, buf: bytes, off: int, end: int) -> tuple[int, int, i
         return t, meta, off + 2
     if t == T.TYPED_ARRAY:
         need(off, 1, end)
-        sub, meta, off = _read_type_meta(buf[off], buf, off + 1, end)
+        _sub, meta, off = _read_type_meta(buf[off], buf, off + 1, end)
         return t, meta, off
     return t, 0, off
 
@@ -213,8 +214,19 @@ def _parse_optional_metadata(tm: TableMap, buf: bytes, off: int, end: int) -> No
 class RowsEvent:
     """A parsed rows event header; iterate `images()` to decode its rows against the table map."""
 
-    __slots__ = ("kind", "table_id", "flags", "ncols", "present", "present_after", "buf", "rows_start", "rows_end",
-                 "partial", "version")
+    __slots__ = (
+        "buf",
+        "flags",
+        "kind",
+        "ncols",
+        "partial",
+        "present",
+        "present_after",
+        "rows_end",
+        "rows_start",
+        "table_id",
+        "version",
+    )
 
     def __init__(self, kind, table_id, flags, ncols, present, present_after, buf, rows_start, rows_end, partial,
                  version=2):
@@ -271,23 +283,19 @@ class RowImageDecoder:
     def __init__(self, table: TableMap, json_structured: bool = False) -> None:
         self.table = table
         self.ncols = len(table.columns)
-        self.decoders = [column_decoder(c) for c in table.columns]
-        self._plans: dict[int, tuple[list, int, bool]] = {}
+        self.decoders = [column_decoder(c) for c in table.columns]  # reference decoders (partial JSON path)
+        self._plans: dict[int, Any] = {}
         self.json_indexes = [c.index for c in table.columns if c.type == T.JSON]
         self._structured: list | None = None
 
-    def plan(self, present: int, version: int = 2) -> tuple[list, int, bool]:
+    def plan(self, present: int, version: int = 2):
+        """The compiled image decoder for this columns-present bitmap (see rowcodegen)."""
         key = present if version else -1 - present
-        p = self._plans.get(key)
-        if p is None:
-            cols = [(i, self.decoders[i]) for i in range(self.ncols) if present >> i & 1]
-            if version == 0:
-                # Pre-GA images are the table's record format: a leading reserved null bit, then one per column.
-                p = (cols, (len(cols) + 8) // 8, len(cols) != self.ncols, 1)
-            else:
-                p = (cols, (len(cols) + 7) // 8, len(cols) != self.ncols, 0)
-            self._plans[key] = p
-        return p
+        fn = self._plans.get(key)
+        if fn is None:
+            fn = compile_image_decoder(self.table, present, version)
+            self._plans[key] = fn
+        return fn
 
     def structured_decoders(self) -> list:
         """Decoders that keep JSON as a structure (needed to apply partial JSON diffs)."""
@@ -329,36 +337,62 @@ def decode_image(buf: bytes, off: int, plan: tuple, ncols: int) -> tuple[list, i
     return row, off
 
 
-def iter_rows(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list | None, list | None]]:
-    """Yield (before, after) per row: inserts (None, after), deletes (before, None), updates (before, after)."""
+def image_after_bytes(dec: RowImageDecoder, ev: RowsEvent) -> int:
+    return dec.plan(ev.present_after, ev.version).bitmap_bytes
+
+
+def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple[list | None, list | None]]:
+    """All rows of one event as (before, after): inserts (None, after), deletes (before, None), updates both.
+
+    A list, not a generator: an event is bounded in size, and the tight loops are the decoder's hot path.
+    """
     buf, off, end, ncols = ev.buf, ev.rows_start, ev.rows_end, dec.ncols
     if ev.ncols != ncols:
         raise BodyError(f"rows event has {ev.ncols} columns but its table map has {ncols}")
-    kind = ev.kind
     if ev.partial:
-        yield from _iter_partial(ev, dec)
-        return
-    plan = dec.plan(ev.present, ev.version)
-    if kind == RowsKind.UPDATE:
-        plan_after = dec.plan(ev.present_after, ev.version)
+        return list(_iter_partial(ev, dec))
+    kind = ev.kind
+    image = dec.plan(ev.present, ev.version)
+    out = []
+    append = out.append
+    nb = image.bitmap_bytes
+    if kind != RowsKind.UPDATE and nb in (1, 2):
+        # The common case, with the NULL-pattern dispatch inlined (one call per row instead of two).
+        spec_get = image.specialized.get
+        build = image.get
+        write = kind == RowsKind.WRITE
         while off < end:
-            before, off = decode_image(buf, off, plan, ncols)
-            after, off = decode_image(buf, off, plan_after, ncols)
-            if off > end:
-                raise BodyError("row image runs past the end of the event")
-            yield before, after
+            nulls = buf[off] if nb == 1 else buf[off] | buf[off + 1] << 8
+            fn = spec_get(nulls) or build(nulls)
+            values, off = fn(buf, off + nb)
+            append((None, values) if write else (values, None))
+    elif kind == RowsKind.UPDATE and nb in (1, 2) and image_after_bytes(dec, ev) == nb:
+        after_plan = dec.plan(ev.present_after, ev.version)
+        get_b, build_b = image.specialized.get, image.get
+        get_a, build_a = after_plan.specialized.get, after_plan.get
+        while off < end:
+            nulls = buf[off] if nb == 1 else buf[off] | buf[off + 1] << 8
+            before, off = (get_b(nulls) or build_b(nulls))(buf, off + nb)
+            nulls = buf[off] if nb == 1 else buf[off] | buf[off + 1] << 8
+            after, off = (get_a(nulls) or build_a(nulls))(buf, off + nb)
+            append((before, after))
+    elif kind == RowsKind.UPDATE:
+        image_after = dec.plan(ev.present_after, ev.version)
+        while off < end:
+            before, off = image(buf, off)
+            after, off = image_after(buf, off)
+            append((before, after))
     elif kind == RowsKind.WRITE:
         while off < end:
-            after, off = decode_image(buf, off, plan, ncols)
-            if off > end:
-                raise BodyError("row image runs past the end of the event")
-            yield None, after
+            after, off = image(buf, off)
+            append((None, after))
     else:
         while off < end:
-            before, off = decode_image(buf, off, plan, ncols)
-            if off > end:
-                raise BodyError("row image runs past the end of the event")
-            yield before, None
+            before, off = image(buf, off)
+            append((before, None))
+    if off > end:
+        raise BodyError("row image runs past the end of the event")
+    return out
 
 
 def _iter_partial(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list, list]]:

@@ -44,7 +44,7 @@ class BinlogStats:
     _seq: int = 0
 
     def add(self, r: RowChange | EventRecord) -> None:
-        if isinstance(r, RowChange):
+        if type(r) is RowChange:
             self.rows_by_table[r.table.qualified_name][r.op] += 1
             self.rows_per_second[r.ts] += 1
             return
@@ -72,6 +72,19 @@ class BinlogStats:
     def consume(self, records: Iterable[RowChange | EventRecord]) -> BinlogStats:
         for r in records:
             self.add(r)
+        return self
+
+    def consume_batched(self, items: Iterable) -> BinlogStats:
+        """Consume decode_files_batched output: a rows event's batch is counted at once."""
+        add = self.add
+        for item in items:
+            if type(item) is list or isinstance(item, list):
+                if item:
+                    first = item[0]
+                    self.rows_by_table[first.table.qualified_name][first.op] += len(item)
+                    self.rows_per_second[first.ts] += len(item)
+            else:
+                add(item)
         return self
 
     @property

@@ -48,7 +48,7 @@ class StreamEnd:
 class RawEvent:
     """One complete event. `buf[start:end]` is the whole event; the body is `buf[body:body_end]`."""
 
-    __slots__ = ("pos", "timestamp", "type", "server_id", "size", "log_pos", "flags", "buf", "start", "body", "body_end")
+    __slots__ = ("body", "body_end", "buf", "flags", "log_pos", "pos", "server_id", "size", "start", "timestamp", "type")
 
     def __init__(self, pos, timestamp, type_, server_id, size, log_pos, flags, buf, start, body, body_end) -> None:
         self.pos = pos
@@ -163,6 +163,7 @@ class EventStream:
         header_unpack = HEADER.unpack_from
         crc32 = zlib.crc32
         first = True
+        check_boundary = False
         while True:
             if self._off + HEADER_LEN > len(self._buf) and not self._ensure(HEADER_LEN):
                 self._finish(len(self._buf) - self._off)
@@ -173,6 +174,12 @@ class EventStream:
             ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
             if self.fde.permutation is not None:
                 etype = self.fde.permutation.get(etype, etype)
+            if check_boundary:
+                # Right after a jump to --start-position: in a binlog, each header's next-position field is the
+                # event's end, which tells a real event boundary from arbitrary bytes.
+                check_boundary = False
+                if log_pos != pos + size:
+                    raise CorruptEvent(f"start position {pos} is not an event boundary", name, pos)
             if size < HEADER_LEN or size > MAX_EVENT_SIZE:
                 raise CorruptEvent(f"event length {size} is impossible (type {etype})", name, pos)
             if off + size > len(buf):
@@ -225,6 +232,7 @@ class EventStream:
                 if target is not None and target > end:
                     # The FDE is always read (it decides framing); then jump straight to the requested event.
                     self._skip_to(target)
+                    check_boundary = True
             if etype == EventType.MARIA_START_ENCRYPTION:
                 raise UnsupportedFeature(
                     "the binlog is encrypted (MariaDB START_ENCRYPTION); decrypt it with the server first",

@@ -79,10 +79,10 @@ class TableMap:
     signedness_known: bool = False
     charsets_known: bool = False
     schema_version: str | None = None  # set when a caller-supplied schema named the columns
+    qualified_name: str = field(init=False, default="")
 
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.database}.{self.table}"
+    def __post_init__(self) -> None:
+        self.qualified_name = f"{self.database}.{self.table}"
 
     @property
     def column_keys(self) -> list[str]:

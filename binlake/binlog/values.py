@@ -376,9 +376,24 @@ def string_real_type(meta: int) -> tuple[int, int]:
 # -- factory ----------------------------------------------------------------------------------------------
 
 
+def _check_meta(col: Column) -> None:
+    """Reject type metadata no server writes, before it shapes a decoder."""
+    t, m = col.type, col.meta
+    bad = (
+        (t in (T.DATETIME2, T.TIMESTAMP2, T.TIME2) and m > 6)
+        or (t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.VECTOR) and m > 4)
+        or (t == T.ENUM and m not in (1, 2))
+        or (t == T.SET and not 1 <= m <= 8)
+        or (t == T.BIT and ((m >> 8) > 8 or (m & 0xFF) > 7))
+    )
+    if bad:
+        raise ValueError_(f"column {col.index + 1} has impossible metadata {m} for type {t}")
+
+
 def column_decoder(col: Column) -> Decoder:
     """Build the decoder for one column (its type already resolved from STRING metadata by the table map)."""
     t = col.type
+    _check_meta(col)
     if t in INTEGER_DECODERS:
         signed_fn, unsigned_fn = INTEGER_DECODERS[t]
         return unsigned_fn if col.signed is False else signed_fn
