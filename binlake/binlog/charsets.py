@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 
-import contextlib
-
 # charset -> collation ids; an int is one id, a pair is an inclusive range.
 _COLLATION_IDS: dict[str, list[int | tuple[int, int]]] = {
     "armscii8": [32, 64, 1056, 1088],
