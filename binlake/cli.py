@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .binlog.errors import BinlogError
+from .binlog.output import OutputError
 
 
 def _add_decode_filters(p: argparse.ArgumentParser) -> None:
@@ -113,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except BinlogError as exc:
         print(f"binlake: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except OutputError as exc:
+        print(f"binlake: error: {exc}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"binlake: error: {exc}", file=sys.stderr)

@@ -32,14 +32,14 @@ def timestamp_base(secs: int) -> str:
         else:
             t = _gmtime(secs)
             text = "%04d-%02d-%02d %02d:%02d:%02d" % (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec)
-        if len(_ts_cache) > 200_000:
+        if len(_ts_cache) > 65_536:
             _ts_cache.clear()
         _ts_cache[secs] = text
     return text
 
 
 # Formatting seven integers costs more than everything else in a DATETIME; dates and times of day repeat, so
-# their text is cached by their packed integers (bounded: at most ~3.7M dates and 86,400 times exist).
+# their text is cached by their packed integers (each cache is cleared when it reaches 65,536 entries).
 _date_cache: dict[int, str] = {}
 _time_cache: dict[int, str] = {}
 FRAC3 = [".%03d" % i for i in range(1000)]
@@ -51,7 +51,7 @@ def date_part(ymd: int) -> str:
     if text is None:
         ym = ymd >> 5
         text = "%04d-%02d-%02d" % (ym // 13, ym % 13, ymd & 31)
-        if len(_date_cache) > 500_000:
+        if len(_date_cache) > 65_536:
             _date_cache.clear()
         _date_cache[ymd] = text
     return text
@@ -72,7 +72,7 @@ def old_date(x: int) -> str:
     text = _date_cache.get(key)
     if text is None:
         text = "%04d-%02d-%02d" % (x >> 9, (x >> 5) & 15, x & 31)
-        if len(_date_cache) > 500_000:
+        if len(_date_cache) > 65_536:
             _date_cache.clear()
         _date_cache[key] = text
     return text
