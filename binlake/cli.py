@@ -22,12 +22,19 @@ def _add_decode_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--databases", help="comma-separated databases to keep")
     p.add_argument("--tables", help="regular expression on db.table to keep")
     p.add_argument("--ops", help="comma-separated operations to keep: insert,update,delete")
+    p.add_argument("--schemas", help="DDL snapshot store, or a directory of <db>.sql files: name and check "
+                   "every rows event against the schema valid at its position")
+    p.add_argument("--instance", default="default", help="instance name inside the snapshot store")
+    p.add_argument("--binlog-ddl", action="store_true",
+                   help="resolve rows against the DDL found in the files themselves (implied by --schemas)")
+    p.add_argument("--on-schema-mismatch", choices=("stop", "skip"), default="stop",
+                   help="stop (default, non-zero exit) or skip the table's events, reporting each one")
 
 
-def _options_from(args: argparse.Namespace, all_events: bool = False):
+def _options_from(args: argparse.Namespace, files: list[str], all_events: bool = False):
     from .binlog.api import build_options
 
-    return build_options(
+    opts = build_options(
         start_position=args.start_position,
         stop_position=args.stop_position,
         start_time=args.start_time,
@@ -37,19 +44,42 @@ def _options_from(args: argparse.Namespace, all_events: bool = False):
         ops=args.ops,
         all_events=all_events,
     )
+    opts.on_schema_mismatch = args.on_schema_mismatch
+    if args.schemas or args.binlog_ddl:
+        from .schema.api import build_resolver
+
+        opts.table_resolver = build_resolver(files, args.schemas, args.instance)
+    return opts
+
+
+def _report_schema(opts, decoder) -> None:
+    """Tell the operator what the schema timeline noticed: name disagreements, unknown tables, skipped events."""
+    resolver = opts.table_resolver
+    if resolver is not None:
+        for d in resolver.disagreements:
+            print(f"binlake: warning: {d} (the binlog's names are used)", file=sys.stderr)
+        for table, (file, pos) in sorted(resolver.missing.items()):
+            print(f"binlake: warning: no schema knows {table} (first seen at {file}:{pos}); its columns keep "
+                  "the binlog's names or @N", file=sys.stderr)
+        for ev, why in resolver.timeline.unparsed:
+            print(f"binlake: warning: DDL at {ev.file}:{ev.pos} not understood ({why}): {ev.sql[:120]!r}",
+                  file=sys.stderr)
+    for sk in decoder.skipped:
+        print(f"binlake: skipped {sk.table} at {sk.file}:{sk.pos}: {sk.reason}", file=sys.stderr)
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
     from .binlog.api import decode_to, order_files
 
     files = order_files(args.files, args.sort)
-    opts = _options_from(args, all_events=args.all_events)
+    opts = _options_from(args, files, all_events=args.all_events)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
         n, decoder = decode_to(files, out, args.format, opts)
     finally:
         if args.output:
             out.close()
+    _report_schema(opts, decoder)
     for r in decoder.results:
         if r.end is not None and r.end.status != "complete":
             print(f"binlake: {r.name}: read ended at position {r.end.pos} ({r.end.status})", file=sys.stderr)
@@ -62,12 +92,26 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from .binlog.api import compute_stats, order_files
     from .binlog.stats import render_text
 
-    report = compute_stats(order_files(args.files, args.sort), _options_from(args), top=args.top)
+    files = order_files(args.files, args.sort)
+    report = compute_stats(files, _options_from(args, files), top=args.top)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render_text(report))
+    return 0
+
+
+def cmd_schema_snapshot(args: argparse.Namespace) -> int:
+    from .schema.api import changed_tables, take_snapshot
+    from .schema.store import SnapshotStore
+
+    stored, name, snap = take_snapshot(args.mysql, args.out, args.instance, args.include, args.exclude)
+    summary = {"stored": stored, "snapshot": name, "tables": len(snap.ddl), "binlog_file": snap.binlog_file,
+               "binlog_pos": snap.binlog_pos}
+    if stored:
+        summary["changes"] = changed_tables(SnapshotStore.at(args.out, args.instance), snap)
+    print(json.dumps(summary, indent=2))
     return 0
 
 
@@ -97,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--top", type=int, default=10, help="how many largest/longest transactions to list")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("schema", help="DDL snapshots")
+    schema_sub = p.add_subparsers(dest="schema_command", metavar="SUBCOMMAND", required=True)
+    p = schema_sub.add_parser("snapshot", help="capture tracked tables' DDL and the binlog position it is valid at")
+    p.add_argument("--mysql", required=True, help="mysql://user:password@host:port/")
+    p.add_argument("--out", required=True, help="snapshot store directory")
+    p.add_argument("--instance", default="default", help="instance name inside the store")
+    p.add_argument("--include", action="append", default=[], help="db.table glob to track (repeatable)")
+    p.add_argument("--exclude", action="append", default=[], help="db.table glob to leave out (repeatable)")
+    p.set_defaults(func=cmd_schema_snapshot)
 
     p = sub.add_parser("demo", help="write sample binlogs and decode them (no server, no network)")
     p.add_argument("--workdir", default=".binlake-demo", help="where the demo writes its files")

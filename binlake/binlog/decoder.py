@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
-from .errors import BinlogError, CorruptEvent, MissingTableMap, UnknownEvent, UnsupportedFeature
+from .errors import BinlogError, CorruptEvent, MissingTableMap, SchemaMismatch, UnknownEvent, UnsupportedFeature
 from .events import (
     parse_binlog_checkpoint,
     parse_gtid,
@@ -44,12 +44,43 @@ from .values import ValueError_
 OPS = {RowsKind.WRITE: OP_INSERT, RowsKind.UPDATE: OP_UPDATE, RowsKind.DELETE: OP_DELETE}
 HEADER = struct.Struct("<IBIIIH")
 
-TableResolver = Callable[[TableMap, str, int], TableMap]
+SKIPPED = "skipped"
+
+
+class TableResolver(Protocol):
+    """Names and checks TABLE_MAPs against a schema (see binlake.schema.timeline.TimelineResolver)."""
+
+    def version_key(self, database: str, table: str, file: str, pos: int) -> Hashable: ...
+
+    def resolve(self, tm: TableMap, file: str, pos: int, mariadb: bool) -> TableMap: ...
+
+
+@dataclass
+class SkippedEvent:
+    """An event not decoded because its table's schema did not match (with --on-schema-mismatch skip)."""
+
+    file: str
+    pos: int
+    table: str
+    reason: str
+
+
+def table_map_names(buf: bytes, off: int, end: int) -> tuple[str, str]:
+    """Database and table of a TABLE_MAP, read without parsing the rest (off: just after table id and flags)."""
+    if off >= end:
+        raise BodyError("TABLE_MAP ends before its database name")
+    n = buf[off]
+    db = bytes(buf[off + 1 : off + 1 + n]).decode("utf-8", "replace")
+    off += n + 2
+    if off >= end:
+        raise BodyError("TABLE_MAP ends before its table name")
+    m = buf[off]
+    return db, bytes(buf[off + 1 : off + 1 + m]).decode("utf-8", "replace")
 
 _LEADING_COMMENT = re.compile(r"^(\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)+", re.S)
 _DDL_WORDS = frozenset(
     {"CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "GRANT", "REVOKE", "ANALYZE", "OPTIMIZE", "REPAIR", "FLUSH",
-     "INSTALL", "UNINSTALL", "SET"}
+     "INSTALL", "UNINSTALL"}
 )
 _DML_WORDS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD", "CALL", "DO", "SELECT", "WITH"})
 
@@ -93,6 +124,7 @@ class DecodeOptions:
     verify_checksums: bool = True
     allow_truncated: bool = False
     table_resolver: TableResolver | None = None
+    on_schema_mismatch: str = "stop"  # or "skip": leave the table out, reporting every skipped event
 
 
 @dataclass
@@ -131,6 +163,7 @@ class BinlogDecoder:
     def __init__(self, options: DecodeOptions | None = None) -> None:
         self.options = options or DecodeOptions()
         self.results: list[FileResult] = []
+        self.skipped: list[SkippedEvent] = []
         # Event tallies by type name ("inner:NAME" inside TRANSACTION_PAYLOAD) and by header second.
         self.event_counts: Counter = Counter()
         self.events_per_second: Counter = Counter()
@@ -400,9 +433,8 @@ class _FileState:
             return
         self._start_txn(ev.pos, ev.timestamp)
         if self.opts.all_events or (self.opts.commits and kind in ("ddl", "statement", "other")):
-            out_kind = kind if kind in ("ddl", "statement") else ("ddl" if kind == "other" else kind)
             yield self._record(
-                out_kind, ev, sub, database=q.database, query=q.query, time_zone=q.time_zone,
+                kind, ev, sub, database=q.database, query=q.query, time_zone=q.time_zone,
                 charset=q.charset_client, error_code=q.error_code,
             )
         if not t.explicit and kind not in ("savepoint", "xa"):
@@ -414,22 +446,34 @@ class _FileState:
         post = fde.post_header_len(EventType.TABLE_MAP) or 8
         id_len = 4 if post == 6 else 6
         table_id = int.from_bytes(buf[body : body + id_len], "little")
-        key = bytes(buf[body + id_len : end])
-        cached = self.d._decoder_cache.get(key)
+        raw = bytes(buf[body + id_len : end])
         resolver = self.opts.table_resolver
-        if cached is None or resolver is not None:
+        key: object = raw
+        if resolver is not None:
+            # The same bytes decode differently under different schema versions: the version is in the key.
+            db, table = table_map_names(buf, body + id_len + 2, end)
+            key = (raw, resolver.version_key(db, table, self.name, ev.pos))
+        cache = self.d._decoder_cache
+        cached = cache.get(key)
+        if cached is None:
             tm = parse_table_map(buf, body, end, fde)
+            dec: RowImageDecoder | str | None = None
             if resolver is not None:
-                tm = resolver(tm, self.name, ev.pos)
-            wanted = self._wanted(tm)
-            dec = RowImageDecoder(tm) if wanted else None
+                try:
+                    tm = resolver.resolve(tm, self.name, ev.pos, fde.is_mariadb)
+                except SchemaMismatch as exc:
+                    if self.opts.on_schema_mismatch != "skip":
+                        raise
+                    self.d.skipped.append(SkippedEvent(self.name, ev.pos, tm.qualified_name, str(exc)))
+                    dec = SKIPPED
+            if dec is None and self._wanted(tm):
+                dec = RowImageDecoder(tm)
             cached = (tm, dec)
-            if resolver is None:
-                if len(self.d._decoder_cache) > 10000:
-                    self.d._decoder_cache.clear()
-                self.d._decoder_cache[key] = cached
-        else:
-            cached[0].table_id = table_id
+            if dec is not SKIPPED:
+                if len(cache) > 10000:
+                    cache.clear()
+                cache[key] = cached
+        cached[0].table_id = table_id
         self.tables[table_id] = cached
 
     def _wanted(self, tm: TableMap) -> bool:
@@ -452,6 +496,9 @@ class _FileState:
         t = self.txn
         self._start_txn(ev.pos, ev.timestamp)
         if dec is None:  # filtered out by --databases/--tables
+            return
+        if dec is SKIPPED:  # --on-schema-mismatch skip: every skipped event is reported
+            self.d.skipped.append(SkippedEvent(self.name, ev.pos, tm.qualified_name, "rows event skipped"))
             return
         op = OPS[kind]
         opts = self.opts

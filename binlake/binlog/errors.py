@@ -44,3 +44,12 @@ class UnsupportedFeature(BinlogError):
 
 class MissingTableMap(BinlogError):
     """A rows event refers to a table id with no TABLE_MAP in the current transaction."""
+
+
+class SchemaMismatch(BinlogError):
+    """A TABLE_MAP does not match the schema version its position resolves to (see binlake.schema.guard)."""
+
+    def __init__(self, message: str, file: str, pos: int | None, table: str, column: str | None = None) -> None:
+        self.table = table
+        self.column = column
+        super().__init__(message, file, pos)

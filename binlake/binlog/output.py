@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from .constants import ColumnType as T
 from .records import OP_DELETE, OP_INSERT, OP_UPDATE, EventRecord, RowChange
-from .rows import ABSENT
+from .rows import ABSENT, JsonPatch
 from .tablemap import TableMap
 
 _F32 = struct.Struct("<f")
@@ -45,11 +45,18 @@ def _json_formatter(col_type: int) -> Callable[[Any], Any] | None:
     if col_type == T.FLOAT:
         return float32_value
     if col_type == T.JSON:
-        return json.loads
+        return lambda v: _json_patch(v) if type(v) is JsonPatch else json.loads(v)
     return None
 
 
+def _json_patch(value: JsonPatch) -> dict:
+    return {"json_diff": [{k if k != "value_json" else "value": (json.loads(v) if k == "value_json" else v)
+                           for k, v in d.items()} for d in value.as_list()]}
+
+
 def _generic_json(value: Any) -> Any:
+    if type(value) is JsonPatch:
+        return _json_patch(value)
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -164,11 +171,30 @@ def _assignments(table: TableMap, values: list, sep: str, for_where: bool) -> st
         if v is ABSENT:
             continue
         col = table.columns[i]
+        if type(v) is JsonPatch:
+            if for_where:
+                raise OutputError(f"{table.qualified_name}: a partial JSON update cannot identify a row")
+            parts.append(f"{quote_ident(name)}={json_patch_sql(quote_ident(name), v)}")
+            continue
         if for_where and v is None:
             parts.append(f"{quote_ident(name)} IS NULL")
         else:
             parts.append(f"{quote_ident(name)}={sql_literal(v, col.type)}")
     return sep.join(parts)
+
+
+def json_patch_sql(target: str, patch: JsonPatch) -> str:
+    """The diffs as nested JSON_REPLACE / JSON_INSERT / JSON_ARRAY_INSERT / JSON_REMOVE calls on `target`."""
+    expr = target
+    for d in patch.as_list():
+        path = sql_literal(d["path"])
+        if d["op"] == "remove":
+            expr = f"JSON_REMOVE({expr}, {path})"
+            continue
+        value = f"CAST({sql_literal(d['value_json'])} AS JSON)"
+        fn = {"replace": "JSON_REPLACE", "insert": "JSON_ARRAY_INSERT" if d["path"].endswith("]") else "JSON_INSERT"}
+        expr = f"{fn[d['op']]}({expr}, {path}, {value})"
+    return expr
 
 
 def _where(table: TableMap, values: list) -> str:
@@ -207,6 +233,9 @@ def forward_sql(c: RowChange) -> str:
 
 
 def rollback_sql(c: RowChange) -> str:
+    if c.after is not None and any(type(v) is JsonPatch for v in c.after):
+        raise OutputError(f"{c.file}:{c.pos}: a partial JSON update logged without its before image "
+                          "(binlog_row_image=MINIMAL) cannot be undone")
     if c.op == OP_INSERT:
         return _delete(c.table, c.after)
     if c.op == OP_DELETE:

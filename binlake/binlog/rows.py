@@ -33,6 +33,33 @@ class _Absent:
 
 ABSENT: Any = _Absent()
 
+
+class JsonPatch:
+    """A partial JSON update (PARTIAL_UPDATE_ROWS) whose before document is not in the binlog
+    (binlog_row_image=MINIMAL): the column's new value is its current value with `diffs` applied."""
+
+    __slots__ = ("diffs",)
+
+    def __init__(self, diffs: list) -> None:
+        self.diffs = diffs
+
+    def as_list(self) -> list[dict]:
+        from .jsonb import to_json_text
+
+        out = []
+        for d in self.diffs:
+            item = {"op": d.op.name.lower(), "path": d.path}
+            if d.op.name != "REMOVE":
+                item["value_json"] = to_json_text(d.value)
+            out.append(item)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonPatch) and self.as_list() == other.as_list()
+
+    def __repr__(self) -> str:
+        return f"JsonPatch({self.as_list()})"
+
 _ONE_BYTE_META = frozenset(
     {T.FLOAT, T.DOUBLE, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.TIMESTAMP2,
      T.DATETIME2, T.TIME2, T.VECTOR}
@@ -428,8 +455,10 @@ def _iter_partial(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list, l
                 diffs = parse_json_diffs(buf, start, start + n)
                 base = before[idx]
                 if base is ABSENT:
-                    raise BodyError(f"partial JSON update of column {idx + 1} without its before image")
-                after[idx] = apply_json_diffs(base, diffs)
+                    # binlog_row_image=MINIMAL: the document is not in the binlog; the change is the diff itself.
+                    after[idx] = JsonPatch(diffs)
+                else:
+                    after[idx] = apply_json_diffs(base, diffs)
                 off = start + n
             else:
                 after[idx], off = d(buf, off)
@@ -438,6 +467,6 @@ def _iter_partial(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list, l
         for i in dec.json_indexes:
             if before[i] is not None and before[i] is not ABSENT:
                 before[i] = to_json_text(before[i])
-            if after[i] is not None and after[i] is not ABSENT:
+            if after[i] is not None and after[i] is not ABSENT and type(after[i]) is not JsonPatch:
                 after[i] = to_json_text(after[i])
         yield before, after

@@ -1,0 +1,172 @@
+"""The schema timeline: for every table, the versions of its layout and the binlog position each is valid from.
+
+A position's schema is the latest snapshot at or before it, plus the DDL statements of the binlog after that
+snapshot, replayed in order. Positions are (file sequence number, byte position). Statements the DDL parser cannot
+understand mark the tables they name as unknown from that point on, until a later snapshot; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..binlog.api import sequence_number
+from ..binlog.decoder import BinlogDecoder, DecodeOptions
+from ..binlog.records import EventRecord
+from ..binlog.tablemap import TableMap
+from .ddl import Catalog, apply_ddl, parse_create_table
+from .guard import NameDisagreement, SchemaMismatch, apply_version, check
+from .model import TableDef
+from .store import Snapshot
+
+Key = tuple[int, int]
+START: Key = (-1, -1)
+
+
+@dataclass
+class DdlEvent:
+    key: Key
+    file: str
+    pos: int
+    sql: str
+    database: str | None
+
+
+@dataclass
+class TableVersion:
+    table: TableDef | None  # None: the table does not exist here (not created yet, or dropped)
+    valid_from: Key
+    source: str
+    unknown: str | None = None  # why the layout is unknown (a DDL statement that could not be parsed)
+
+    @property
+    def version_id(self) -> str:
+        if self.unknown:
+            return "unknown"
+        return self.table.fingerprint() if self.table is not None else "absent"
+
+
+@dataclass
+class _Segment:
+    start: Key
+    source: str
+    versions: dict[str, list[TableVersion]] = field(default_factory=dict)
+    froms: dict[str, list[Key]] = field(default_factory=dict)
+
+    def add(self, qualified: str, version: TableVersion) -> None:
+        k = qualified.lower()
+        self.versions.setdefault(k, []).append(version)
+        self.froms.setdefault(k, []).append(version.valid_from)
+
+
+def file_keys(files: Sequence[str | Path]) -> dict[str, int]:
+    """File name -> sequence number; files without one are numbered by their order in the list."""
+    keys = {}
+    for i, f in enumerate(files):
+        name = Path(f).name
+        seq = sequence_number(name)
+        keys[name] = seq if seq >= 0 else i
+    return keys
+
+
+def scan_ddl(files: Sequence[str | Path], keys: dict[str, int]) -> list[DdlEvent]:
+    """Every DDL statement of `files`, in order, without decoding any row."""
+    decoder = BinlogDecoder(DecodeOptions(commits=True, databases=set(), allow_truncated=True))
+    out = []
+    for rec in decoder.decode_files(files):
+        if isinstance(rec, EventRecord) and rec.kind == "ddl":
+            out.append(DdlEvent((keys[rec.file], rec.pos), rec.file, rec.pos, rec.info["query"], rec.info.get("database")))
+    return out
+
+
+class SchemaTimeline:
+    def __init__(self, snapshots: Sequence[Snapshot], ddl_events: Sequence[DdlEvent]) -> None:
+        self.snapshots = sorted(snapshots, key=lambda s: s.position or START)
+        self.unparsed: list[tuple[DdlEvent, str]] = []
+        self._segments: list[_Segment] = []
+        starts = [s.position or START for s in self.snapshots]
+        if not starts or starts[0] != START:
+            # Before the first snapshot: only what CREATE TABLE statements in the binlog say.
+            self._build(None, START, starts[0] if starts else None, ddl_events)
+        for i, snap in enumerate(self.snapshots):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            self._build(snap, starts[i], end, ddl_events)
+        self._starts = [seg.start for seg in self._segments]
+
+    def _build(self, snap: Snapshot | None, start: Key, end: Key | None, events: Sequence[DdlEvent]) -> None:
+        source = f"snapshot {snap.name or snap.captured_at}" if snap else "binlog only"
+        seg = _Segment(start, source)
+        catalog = Catalog()
+        if snap is not None:
+            for qualified, sql in snap.ddl.items():
+                table = parse_create_table(sql, qualified.split(".", 1)[0], snap.db_charsets)
+                catalog.put(table)
+                seg.add(table.qualified_name, TableVersion(table.copy(), start, source))
+        for ev in events:
+            if ev.key < start or (end is not None and ev.key >= end):
+                continue
+            effect = apply_ddl(catalog, ev.sql, ev.database)
+            where = f"DDL at {ev.file}:{ev.pos}"
+            if effect.kind == "unparsed":
+                self.unparsed.append((ev, effect.error or "not understood"))
+                for qualified in effect.tables:
+                    seg.add(qualified, TableVersion(None, ev.key, where, unknown=f"{where} was not understood: "
+                                                                             f"{effect.error}"))
+                continue
+            for qualified in effect.tables:
+                db, _, name = qualified.partition(".")
+                current = catalog.get(db, name)
+                seg.add(qualified, TableVersion(current.copy() if current else None, ev.key, where))
+        self._segments.append(seg)
+
+    def at(self, database: str, table: str, key: Key) -> TableVersion | None:
+        """The version of db.table valid at `key`, or None when the timeline never heard of the table."""
+        i = bisect.bisect_right(self._starts, key) - 1
+        if i < 0:
+            return None
+        seg = self._segments[i]
+        k = f"{database}.{table}".lower()
+        froms = seg.froms.get(k)
+        if not froms:
+            return None
+        j = bisect.bisect_right(froms, key) - 1
+        return seg.versions[k][j] if j >= 0 else None
+
+    def versions(self, database: str, table: str) -> list[TableVersion]:
+        k = f"{database}.{table}".lower()
+        return [v for seg in self._segments for v in seg.versions.get(k, [])]
+
+
+class TimelineResolver:
+    """Plugs the timeline into the decoder: names and types each TABLE_MAP from the version valid at it."""
+
+    def __init__(self, timeline: SchemaTimeline, keys: dict[str, int]) -> None:
+        self.timeline = timeline
+        self.keys = keys
+        self.disagreements: list[NameDisagreement] = []
+        self.missing: dict[str, tuple[str, int]] = {}
+
+    def _version(self, database: str, table: str, file: str, pos: int) -> TableVersion | None:
+        return self.timeline.at(database, table, (self.keys.get(file, -1), pos))
+
+    def version_key(self, database: str, table: str, file: str, pos: int) -> object:
+        v = self._version(database, table, file, pos)
+        return None if v is None else (id(v), v.version_id)
+
+    def resolve(self, tm: TableMap, file: str, pos: int, mariadb: bool) -> TableMap:
+        v = self._version(tm.database, tm.table, file, pos)
+        name = tm.qualified_name
+        if v is None:
+            # No schema knows this table: columns keep the server's names or @N; reported once.
+            self.missing.setdefault(name, (file, pos))
+            return tm
+        if v.unknown:
+            raise SchemaMismatch(f"{name}: the schema is unknown here because the {v.unknown}; take a new "
+                                 "snapshot after it", file, pos, name)
+        if v.table is None:
+            raise SchemaMismatch(f"{name}: the schema timeline says the table does not exist here ({v.source})",
+                                 file, pos, name)
+        self.disagreements.extend(check(tm, v.table, file, pos, mariadb))
+        return apply_version(tm, v.table, f"{v.version_id}@{v.source}")
