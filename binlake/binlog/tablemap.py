@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .constants import BINARY_COLLATION, ColumnType
 
@@ -79,6 +80,7 @@ class TableMap:
     signedness_known: bool = False
     charsets_known: bool = False
     schema_version: str | None = None  # set when a caller-supplied schema named the columns
+    schema: Any = None  # the schema version (binlake.schema.model.TableDef) the columns were resolved against
     qualified_name: str = field(init=False, default="")
 
     def __post_init__(self) -> None:

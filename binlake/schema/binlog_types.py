@@ -36,10 +36,7 @@ class BinlogShape:
     alternatives: tuple[tuple[int, int | None], ...] = ()
 
     def matches(self, type_code: int, meta: int) -> bool:
-        for t, m in ((self.type, self.meta), *self.alternatives):
-            if t == type_code and (m is None or m == meta):
-                return True
-        return False
+        return any(t == type_code and (m is None or m == meta) for t, m in ((self.type, self.meta), *self.alternatives))
 
     def describe(self) -> str:
         return f"type {T(self.type).name} meta {self.meta}" if self.type in T._value2member_map_ else str(self.type)

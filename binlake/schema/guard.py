@@ -75,6 +75,7 @@ def apply_version(tm: TableMap, version: TableDef, version_id: str) -> TableMap:
     if tm.primary_key is None and version.primary_key:
         tm.primary_key = [version.index_of(n) for n in version.primary_key]
     tm.schema_version = version_id
+    tm.schema = version
     return tm
 
 

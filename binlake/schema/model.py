@@ -41,6 +41,9 @@ class ColumnDef:
     stored: bool = False
     invisible: bool = False
     comment: str | None = None
+    # Identity across ALTERs within one lineage of versions: CHANGE/MODIFY/RENAME COLUMN keep it, ADD gets a new
+    # one. It is how existing rows follow a renamed column (see evolve.py). Not part of the layout fingerprint.
+    uid: int | None = None
 
     def copy(self) -> ColumnDef:
         return copy.deepcopy(self)
@@ -55,6 +58,7 @@ class TableDef:
     charset: str | None = None
     collation: str | None = None
     engine: str | None = None
+    last_uid: int = 0  # highest column identity ever given in this lineage (never reused after a DROP)
 
     @property
     def qualified_name(self) -> str:
@@ -87,6 +91,26 @@ class TableDef:
         return cls(columns=cols, **rest)
 
     def fingerprint(self) -> str:
-        """A short hash of the column layout: the schema version id used in the lake."""
-        payload = json.dumps([asdict(c) for c in self.columns] + [self.primary_key], sort_keys=True)
+        """A short hash of the column layout (what decoding depends on): the schema version id used in the lake.
+
+        Defaults, comments, integer display widths and column identities are left out, so a table parsed from a
+        snapshot and the same table replayed from DDL get the same id."""
+        layout = []
+        for c in self.columns:
+            length = None if c.data_type in _INTEGER_TYPES else c.length
+            layout.append([c.name, c.data_type, length, c.precision, c.scale, c.fsp, c.unsigned, c.charset,
+                           c.labels, c.generated is not None and not c.stored])
+        payload = json.dumps([layout, self.primary_key], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def ensure_uids(self) -> None:
+        """Give columns without an identity the next free ones, in column order."""
+        next_uid = max([self.last_uid, *(c.uid for c in self.columns if c.uid is not None)]) + 1
+        for c in self.columns:
+            if c.uid is None:
+                c.uid = next_uid
+                next_uid += 1
+        self.last_uid = next_uid - 1
+
+
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})

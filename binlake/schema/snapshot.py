@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import unquote, urlparse
 
 import pymysql
@@ -104,7 +104,7 @@ def capture_snapshot(conn, include: list[str] | None = None, exclude: list[str] 
             file, pos = binlog_position(cur)
             second = _read_ddl(cur, tracked_tables(cur, include, exclude))
             if first == second:
-                captured = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                captured = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 dbs = {t.split(".", 1)[0] for t in second}
                 return Snapshot(captured, file, pos, second, facts, _db_charsets(cur, dbs))
             time.sleep(0.2 * (attempt + 1))

@@ -98,7 +98,9 @@ class SchemaTimeline:
     def _build(self, snap: Snapshot | None, start: Key, end: Key | None, events: Sequence[DdlEvent]) -> None:
         source = f"snapshot {snap.name or snap.captured_at}" if snap else "binlog only"
         seg = _Segment(start, source)
-        catalog = Catalog()
+        facts = snap.server if snap is not None else {}
+        catalog = Catalog(snap.db_charsets if snap is not None else None, None,
+                          facts.get("character_set_server"), facts.get("collation_server"))
         if snap is not None:
             for qualified, sql in snap.ddl.items():
                 table = parse_create_table(sql, qualified.split(".", 1)[0], snap.db_charsets)
@@ -115,6 +117,8 @@ class SchemaTimeline:
                     seg.add(qualified, TableVersion(None, ev.key, where, unknown=f"{where} was not understood: "
                                                                              f"{effect.error}"))
                 continue
+            if effect.kind in ("truncate", "ignored", "create_database"):
+                continue  # no layout changed
             for qualified in effect.tables:
                 db, _, name = qualified.partition(".")
                 current = catalog.get(db, name)
@@ -162,11 +166,13 @@ class TimelineResolver:
             # No schema knows this table: columns keep the server's names or @N; reported once.
             self.missing.setdefault(name, (file, pos))
             return tm
-        if v.unknown:
-            raise SchemaMismatch(f"{name}: the schema is unknown here because the {v.unknown}; take a new "
-                                 "snapshot after it", file, pos, name)
-        if v.table is None:
-            raise SchemaMismatch(f"{name}: the schema timeline says the table does not exist here ({v.source})",
-                                 file, pos, name)
+        if v.unknown or v.table is None:
+            why = (f"the schema is unknown here because the {v.unknown}; take a new snapshot after it" if v.unknown
+                   else f"the schema timeline says the table does not exist here ({v.source})")
+            if tm.names_from_server:
+                # FULL metadata names the columns itself: decode with the server's names, and say so.
+                self.missing.setdefault(name, (file, pos))
+                return tm
+            raise SchemaMismatch(f"{name}: {why}", file, pos, name)
         self.disagreements.extend(check(tm, v.table, file, pos, mariadb))
         return apply_version(tm, v.table, f"{v.version_id}@{v.source}")

@@ -21,6 +21,7 @@ from binlake.binlog.output import image_to_dict
 from binlake.binlog.records import RowChange
 from binlake.cli import main
 from binlake.schema.api import build_resolver, take_snapshot
+from binlake.schema.evolve import evolve_row
 
 STAGES = [
     [  # stage 0: create and fill
@@ -76,17 +77,36 @@ def decode(files: list[Path], resolver=None, db: str | None = None) -> list[RowC
     return [r for r in BinlogDecoder(opts).decode_files(files) if isinstance(r, RowChange)]
 
 
-def final_state(changes: list[RowChange], table: str) -> dict:
-    state: dict = {}
+def final_state(changes: list[RowChange], db: str, table: str, resolver) -> dict:
+    """Apply the changes in order; rows the binlog does not rewrite follow each ALTER as the server did."""
+    versions = [v.table for v in resolver.timeline.versions(db, table) if v.table is not None]
+    index = {id(t): i for i, t in enumerate(versions)}
+    state: dict = {}  # id -> (version index, row by name)
+
+    def move_all(to: int) -> None:
+        for key, (at, row) in list(state.items()):
+            while at < to:
+                row = evolve_row(row, versions[at], versions[at + 1])
+                at += 1
+            state[key] = (at, row)
+
     for c in changes:
         if c.table.table != table:
             continue
+        at = index[id(c.table.schema)]
+        move_all(at)
+        names = [col.name for col in c.table.columns]
         if c.before is not None:
-            state.pop(image_to_dict(c.table, c.before)["id"])
+            state.pop(c.before[0] if names[0] == "id" else c.before[names.index("id")])
         if c.after is not None:
-            row = image_to_dict(c.table, c.after)
-            state[row["id"]] = row
-    return state
+            row = {n: v for n, v in zip(names, c.after, strict=True)}
+            state[row["id"]] = (at, row)
+    move_all(len(versions) - 1)
+    return {k: {n: _plain(v) for n, v in row.items()} for k, (_, row) in state.items()}
+
+
+def _plain(v):
+    return format(v, "f") if hasattr(v, "as_tuple") else v
 
 
 def server_state(server, db: str, table: str) -> dict:
@@ -96,7 +116,7 @@ def server_state(server, db: str, table: str) -> dict:
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     out = {}
     for r in rows:
-        out[r["id"]] = {k: (format(v, "f") if hasattr(v, "as_tuple") else v) for k, v in r.items()}
+        out[r["id"]] = {k: _plain(v) for k, v in r.items()}
     return out
 
 
@@ -117,10 +137,11 @@ def minimal_run(mariadb_servers, tmp_path_factory):
 
 def test_a_all_files_without_snapshot_match_select(minimal_run) -> None:
     server, files, _, _ = minimal_run
-    changes = decode(files, build_resolver(files), "timeline_db")
+    resolver = build_resolver(files)
+    changes = decode(files, resolver, "timeline_db")
     assert changes and all(not k.startswith("@") for c in changes for k in c.table.column_keys)
     for table in ("people", "tags"):
-        assert final_state(changes, table) == server_state(server, "timeline_db", table)
+        assert final_state(changes, "timeline_db", table, resolver) == server_state(server, "timeline_db", table)
 
 
 def test_without_timeline_minimal_rows_have_no_names(minimal_run) -> None:
@@ -130,7 +151,7 @@ def test_without_timeline_minimal_rows_have_no_names(minimal_run) -> None:
 
 
 def test_b_later_files_with_the_snapshot_taken_before_them(minimal_run) -> None:
-    server, files, store, snapshots = minimal_run
+    _server, files, store, _snapshots = minimal_run
     full = decode(files, build_resolver(files), "timeline_db")
     later = files[1:]
     partial = decode(later, build_resolver(later, store), "timeline_db")
@@ -143,7 +164,7 @@ def test_b_later_files_with_the_snapshot_taken_before_them(minimal_run) -> None:
 
 
 def test_c_stale_snapshot_raises_schema_mismatch(minimal_run, tmp_path) -> None:
-    server, files, store, snapshots = minimal_run
+    _server, files, store, snapshots = minimal_run
     # A store holding only the first snapshot (before stage 1's ALTERs), used for the last file alone: the
     # ALTERs of stage 1 and 2 are in files not decoded, so the snapshot is stale there.
     stale = stale_store(store, snapshots[0], tmp_path)
@@ -155,7 +176,7 @@ def test_c_stale_snapshot_raises_schema_mismatch(minimal_run, tmp_path) -> None:
 
 
 def test_c_cli_exits_non_zero_and_skip_reports_positions(minimal_run, tmp_path, capsys) -> None:
-    server, files, store, snapshots = minimal_run
+    _server, files, store, snapshots = minimal_run
     stale = stale_store(store, snapshots[0], tmp_path)
     last = str(files[-1])
     code = main(["decode", "--schemas", str(stale), "--databases", "timeline_db", last])
@@ -178,7 +199,7 @@ def test_d_full_metadata_names_agree_with_the_timeline(mariadb_servers, tmp_path
     assert resolver.disagreements == []
     assert all(c.table.names_from_server for c in changes)
     for table in ("people", "tags"):
-        assert final_state(changes, table) == server_state(server, "timeline_full", table)
+        assert final_state(changes, "timeline_full", table, resolver) == server_state(server, "timeline_full", table)
 
 
 def test_snapshot_store_layout_and_change_detection(minimal_run, tmp_path, capsys) -> None:
@@ -209,7 +230,7 @@ def test_snapshot_store_layout_and_change_detection(minimal_run, tmp_path, capsy
 
 
 def test_plain_sql_directory_as_schemas(minimal_run, tmp_path) -> None:
-    server, files, _, _ = minimal_run
+    _server, files, _, _ = minimal_run
     # The first file starts with CREATE TABLE; a <db>.sql directory with the same DDL names rows the same way.
     sql_dir = tmp_path / "sql"
     sql_dir.mkdir()
