@@ -1,0 +1,124 @@
+"""Decoded values (binlake's value contract) to Arrow columns, by the value mapping of ARCHITECTURE.md.
+
+| MySQL | Arrow / Delta |
+|---|---|
+| TINYINT..BIGINT | int8..int64; unsigned widened (TINYINT UNSIGNED int16, SMALLINT UNSIGNED int32, MEDIUMINT int32, INT UNSIGNED int64, BIGINT UNSIGNED decimal(20,0)) |
+| DECIMAL(p,s) | decimal128(p,s) when p <= 38, else string |
+| FLOAT, DOUBLE | float32, float64 |
+| BIT(n) | int64 (decimal(20,0) for BIT(64), whose values exceed int64) |
+| YEAR | int16 |
+| DATE | date32 (zero and partial dates -> null, counted) |
+| DATETIME | timestamp[us] without zone (zero -> null, counted) |
+| TIMESTAMP | timestamp[us, UTC] (zero -> null, counted) |
+| TIME | string `[-]HHH:MM:SS[.f]` |
+| CHAR..TEXT, ENUM, SET, JSON | string (ENUM/SET without known labels: the index or bitmask as text, counted) |
+| BINARY..BLOB, GEOMETRY, VECTOR | binary |
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from ..binlog.constants import ColumnType as T
+from ..binlog.rows import ABSENT, JsonPatch
+from ..binlog.tablemap import Column
+
+UINT64_DECIMAL = pa.decimal128(20, 0)
+
+
+def arrow_type(col: Column) -> pa.DataType:
+    t, unsigned = col.type, col.signed is False
+    if t == T.TINY:
+        return pa.int16() if unsigned else pa.int8()
+    if t == T.SHORT:
+        return pa.int32() if unsigned else pa.int16()
+    if t == T.INT24:
+        return pa.int32()
+    if t == T.LONG:
+        return pa.int64() if unsigned else pa.int32()
+    if t == T.LONGLONG:
+        return UINT64_DECIMAL if unsigned else pa.int64()
+    if t == T.NEWDECIMAL:
+        return pa.decimal128(col.precision, col.scale) if col.precision <= 38 else pa.string()
+    if t == T.FLOAT:
+        return pa.float32()
+    if t == T.DOUBLE:
+        return pa.float64()
+    if t == T.BIT:
+        return UINT64_DECIMAL if (col.meta >> 8) * 8 + (col.meta & 0xFF) >= 64 else pa.int64()
+    if t == T.YEAR:
+        return pa.int16()
+    if t in (T.DATE, T.NEWDATE):
+        return pa.date32()
+    if t in (T.DATETIME, T.DATETIME2):
+        return pa.timestamp("us")
+    if t in (T.TIMESTAMP, T.TIMESTAMP2):
+        return pa.timestamp("us", tz="UTC")
+    if t in (T.TIME, T.TIME2):
+        return pa.string()
+    if t in (T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
+        return pa.binary() if col.is_binary else pa.string()
+    if t in (T.ENUM, T.SET, T.JSON):
+        return pa.string()
+    if t in (T.GEOMETRY, T.VECTOR):
+        return pa.binary()
+    raise ValueError(f"column {col.key}: no Delta type for binlog type {t}")
+
+
+class ConversionStats(Counter):
+    """Counts of values that could not be represented as-is: 'zero_date:db.t.col', 'unlabeled_enum:...', ..."""
+
+
+def _invalid_date(text: str) -> bool:
+    return text.startswith("0000") or text[5:7] == "00" or text[8:10] == "00"
+
+
+def to_arrow(values: list[Any], col: Column, where: str, stats: ConversionStats) -> pa.Array:
+    """One column's values (ABSENT treated as null) as an Arrow array of the mapped type."""
+    typ = arrow_type(col)
+    vals = [None if v is ABSENT else v for v in values]
+    t = col.type
+    if t in (T.DATE, T.NEWDATE, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2):
+        cleaned = []
+        for v in vals:
+            if v is not None and _invalid_date(v):
+                stats[f"zero_date:{where}"] += 1
+                v = None
+            cleaned.append(v)
+        strings = pa.array(cleaned, pa.string())
+        if typ == pa.date32():
+            return strings.cast(pa.date32())
+        naive = strings.cast(pa.timestamp("us"))
+        return naive.cast(typ) if typ.tz else naive
+    if typ == UINT64_DECIMAL:
+        return pa.array([None if v is None else Decimal(v) for v in vals], typ)
+    if t == T.NEWDECIMAL and typ == pa.string():
+        return pa.array([None if v is None else format(v, "f") for v in vals], typ)
+    if t in (T.ENUM, T.SET):
+        out = []
+        for v in vals:
+            if isinstance(v, int):
+                stats[f"unlabeled_{'enum' if t == T.ENUM else 'set'}:{where}"] += 1
+                v = str(v)
+            out.append(v)
+        return pa.array(out, typ)
+    if typ == pa.string():
+        out = []
+        for v in vals:
+            if type(v) is JsonPatch:
+                stats[f"json_patch:{where}"] += 1
+                import json
+
+                v = json.dumps({"json_diff": v.as_list()})
+            elif isinstance(v, (bytes, bytearray)):
+                stats[f"undecodable_text:{where}"] += 1
+                v = bytes(v).decode("utf-8", "replace")
+            out.append(v)
+        return pa.array(out, typ)
+    if typ == pa.binary():
+        return pa.array([v.encode("utf-8") if isinstance(v, str) else v for v in vals], typ)
+    return pa.array(vals, typ)
