@@ -6,6 +6,7 @@ import json
 import struct
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any, TextIO
@@ -45,12 +46,16 @@ def _json_formatter(col_type: int) -> Callable[[Any], Any] | None:
     if col_type == T.FLOAT:
         return float32_value
     if col_type == T.JSON:
-        return lambda v: _json_patch(v) if type(v) is JsonPatch else json.loads(v)
+        return lambda v: _json_patch(v) if type(v) is JsonPatch else RawJson(v)
     return None
 
 
+class RawJson(str):
+    """JSON text to embed as a JSON value, not as a string: parsing it would turn DECIMAL 9.00 into 9.0."""
+
+
 def _json_patch(value: JsonPatch) -> dict:
-    return {"json_diff": [{k if k != "value_json" else "value": (json.loads(v) if k == "value_json" else v)
+    return {"json_diff": [{k if k != "value_json" else "value": (RawJson(v) if k == "value_json" else v)
                            for k, v in d.items()} for d in value.as_list()]}
 
 
@@ -119,9 +124,48 @@ def event_to_dict(e: EventRecord) -> dict:
     }
 
 
+class _JsonlEncoder:
+    """json.dumps for records, with RawJson values spliced in verbatim (through unique placeholders)."""
+
+    def __init__(self) -> None:
+        self.token = "\ue000" + uuid.uuid4().hex
+        self.raw: list[str] = []
+        self.encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=self._default)
+
+    def _default(self, value: Any) -> Any:
+        raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+    def _swap(self, value: Any) -> Any:
+        if isinstance(value, RawJson):
+            self.raw.append(str(value))
+            return f"{self.token}{len(self.raw) - 1}{self.token}"
+        if isinstance(value, dict):
+            return {k: self._swap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._swap(v) for v in value]
+        return value
+
+    def encode(self, doc: dict) -> str:
+        self.raw.clear()
+        text = self.encoder.encode(self._swap(doc) if self._has_raw(doc) else doc)
+        for i, raw in enumerate(self.raw):
+            text = text.replace(f'"{self.token}{i}{self.token}"', raw, 1)
+        return text
+
+    @staticmethod
+    def _has_raw(doc: Any) -> bool:
+        if isinstance(doc, RawJson):
+            return True
+        if isinstance(doc, dict):
+            return any(_JsonlEncoder._has_raw(v) for v in doc.values())
+        if isinstance(doc, list):
+            return any(_JsonlEncoder._has_raw(v) for v in doc)
+        return False
+
+
 def write_jsonl(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
     n = 0
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    dumps = _JsonlEncoder().encode
     write = out.write
     for r in records:
         write(dumps(change_to_dict(r) if isinstance(r, RowChange) else event_to_dict(r)))
