@@ -101,56 +101,38 @@ def decimal_groups(precision: int, scale: int) -> tuple[list[tuple[int, int]], i
 _DECIMAL_CONTEXT = Context(prec=80)  # wide enough for DECIMAL(65,30): scaleb never rounds
 
 
-def make_fast_decimal(precision: int, scale: int) -> Callable[[bytes], Any]:
-    """A function raw bytes -> Decimal for DECIMAL(p,s): one big-endian integer, arithmetic on its digit groups."""
+def decimal_code(precision: int, scale: int, src: str, dst: str) -> tuple[list[str], int]:
+    """Python lines computing Decimal `dst` from the DECIMAL(p,s) bytes in `src`, and the byte size.
+
+    One big-endian integer and arithmetic on its digit groups; the sign is the top bit (set for positive) and
+    negative numbers have every bit inverted. Needs Decimal, CTX and ValueError_ in scope."""
     if precision < 1 or precision > 65 or scale > 30 or scale > precision:
         raise ValueError_(f"impossible DECIMAL({precision},{scale}) metadata")
     groups, _n_int, size = decimal_groups(precision, scale)
     sign_bit = 1 << (8 * size - 1)
     mask = (1 << (8 * size)) - 1
-    # The sign is the top bit (set for positive); negative numbers have every bit inverted.
-    lines = ["def dec(raw):",
-             "    x = int.from_bytes(raw, 'big')",
-             f"    negative = not x & {sign_bit}",
-             f"    x ^= {mask ^ sign_bit} if negative else {sign_bit}"]
+    lines = [f"x = _from_bytes({src}, 'big')",
+             f"negative = not x & {sign_bit}",
+             f"x ^= {mask ^ sign_bit} if negative else {sign_bit}"]
     shift = 8 * size
     for i, (nb, nd) in enumerate(groups):
         shift -= 8 * nb
-        lines.append(f"    g{i} = (x >> {shift}) & {(1 << (8 * nb)) - 1}")
-        lines.append(f"    if g{i} >= {10 ** nd}: raise ValueError_('DECIMAL digit group out of range')")
-    # unscaled = all digit groups as one integer; the value is unscaled * 10**-scale, built exactly.
+        lines.append(f"g{i} = (x >> {shift}) & {(1 << (8 * nb)) - 1}")
+        lines.append(f"if g{i} >= {10 ** nd}: raise ValueError_('DECIMAL digit group out of range')")
     expr = "g0"
     for i, (_nb, nd) in enumerate(groups[1:], start=1):
         expr = f"({expr}) * {10 ** nd} + g{i}"
-    lines.append(f"    u = {expr}")
-    lines.append(f"    return Decimal(-u if negative else u).scaleb({-scale}, CTX)")
-    ns = {"Decimal": Decimal, "ValueError_": ValueError_, "CTX": _DECIMAL_CONTEXT}
-    exec("\n".join(lines), ns)
+    lines.append(f"{dst} = Decimal(-({expr}) if negative else {expr}).scaleb({-scale}, CTX)")
+    return lines, size
+
+
+def make_fast_decimal(precision: int, scale: int) -> Callable[[bytes], Any]:
+    """A function raw bytes -> Decimal for DECIMAL(p,s)."""
+    body, _ = decimal_code(precision, scale, "raw", "value")
+    source = "def dec(raw):\n" + "\n".join("    " + line for line in body) + "\n    return value"
+    ns = {"Decimal": Decimal, "ValueError_": ValueError_, "CTX": _DECIMAL_CONTEXT, "_from_bytes": int.from_bytes}
+    exec(source, ns)
     return ns["dec"]
-
-
-class DecimalReader:
-    """DECIMAL(p,s) decoding with a bounded cache on the raw bytes: amounts and prices repeat, and a Decimal
-    costs far more to build than a dict lookup."""
-
-    def __init__(self, precision: int, scale: int) -> None:
-        self.size = decimal_groups(precision, scale)[2]
-        self.compute = make_fast_decimal(precision, scale)
-        self.cache: dict[bytes, Any] = {}
-
-    def miss(self, raw: bytes) -> Any:
-        value = self.compute(raw)
-        if len(self.cache) >= 65536:
-            self.cache.clear()
-        self.cache[raw] = value
-        return value
-
-    def __call__(self, buf, off):
-        raw = buf[off : off + self.size]
-        value = self.cache.get(raw)
-        if value is None:
-            value = self.miss(raw)
-        return value, off + self.size
 
 
 class _Gen:
@@ -165,6 +147,11 @@ class _Gen:
             "time_part": time_part,
             "old_date": old_date,
             "FRAC3": FRAC3,
+            "_dates": _date_cache,
+            "_times": _time_cache,
+            "_stamps": _ts_cache,
+            "Decimal": Decimal,
+            "CTX": _DECIMAL_CONTEXT,
             "ABSENT": None,
             "_from_bytes": int.from_bytes,
         }
@@ -229,18 +216,24 @@ def _emit_column(g: _Gen, col: Column, v: str, ind: int) -> None:
         e(ind, f"if {v}: {v} += 1900")
         e(ind, "off += 1")
     elif t == T.NEWDECIMAL:
-        reader = DecimalReader(col.precision, col.scale)
-        cache = g.ref(reader.cache, "dcache")
-        miss = g.ref(reader.miss, "dmiss")
-        e(ind, f"raw = buf[off:off + {reader.size}]")
+        # Cached on the raw bytes (amounts and prices repeat); computed inline on a miss.
+        body, size = decimal_code(col.precision, col.scale, "raw", v)
+        cache = g.ref({}, "dcache")
+        e(ind, f"raw = buf[off:off + {size}]")
         e(ind, f"{v} = {cache}.get(raw)")
-        e(ind, f"if {v} is None: {v} = {miss}(raw)")
-        e(ind, f"off += {reader.size}")
+        e(ind, f"if {v} is None:")
+        for line in body:
+            e(ind + 1, line)
+        e(ind + 1, f"if len({cache}) >= 65536: {cache}.clear()")
+        e(ind + 1, f"{cache}[raw] = {v}")
+        e(ind, f"off += {size}")
     elif t == T.DATETIME2:
         fsp = col.meta
         nb = (fsp + 1) // 2
         e(ind, "x = _from_bytes(buf[off:off + 5], 'big') - 0x8000000000")
-        base = "date_part(x >> 17) + ' ' + time_part(x & 0x1FFFF)"
+        e(ind, "d = x >> 17")
+        e(ind, "t = x & 0x1FFFF")
+        base = "(_dates.get(d) or date_part(d)) + ' ' + (_times.get(t) or time_part(t))"
         if fsp:
             mult = {1: 10000, 2: 10000, 3: 100, 4: 100, 5: 1, 6: 1}[fsp]
             frac = f"_from_bytes(buf[off + 5:off + {5 + nb}], 'big', signed=True)"
@@ -260,11 +253,11 @@ def _emit_column(g: _Gen, col: Column, v: str, ind: int) -> None:
             mult = {1: 10000, 2: 10000, 3: 100, 4: 100, 5: 1, 6: 1}[fsp]
             scaled = _scaled(f"_from_bytes(buf[off + 4:off + {4 + nb}], 'big')", mult, 10 ** (6 - fsp))
             if fsp == 3:
-                e(ind, f"{v} = timestamp_base(x) + FRAC3[{scaled}]")
+                e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)) + FRAC3[{scaled}]")
             else:
-                e(ind, f"{v} = timestamp_base(x) + '.%0{fsp}d' % ({scaled})")
+                e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)) + '.%0{fsp}d' % ({scaled})")
         else:
-            e(ind, f"{v} = timestamp_base(x)")
+            e(ind, f"{v} = _stamps.get(x) or timestamp_base(x)")
         e(ind, f"off += {4 + nb}")
     elif t in (T.VARCHAR, T.VAR_STRING, T.STRING) and not (t == T.STRING and col.collation == BINARY and col.meta):
         prefix = 1 if col.meta < 256 else 2
