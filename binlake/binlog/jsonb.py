@@ -30,6 +30,7 @@ from json import loads as _json_loads
 from json.encoder import encode_basestring as _quote  # C accelerated; escapes exactly what MySQL escapes
 
 from .errors import CorruptEvent
+from .packing import encode_packed_int
 
 __all__ = [
     "MAX_DEPTH",
@@ -1015,14 +1016,7 @@ def encode_json_diffs(diffs: list[JsonDiff]) -> bytes:
     return _pack_u32(len(out)) + bytes(out)
 
 
-def _packed_bytes(n: int) -> bytes:
-    if n < 251:
-        return bytes((n,))
-    if n < 1 << 16:
-        return b"\xfc" + n.to_bytes(2, "little")
-    if n < 1 << 24:
-        return b"\xfd" + n.to_bytes(3, "little")
-    return b"\xfe" + n.to_bytes(8, "little")
+_packed_bytes = encode_packed_int
 
 
 def apply_json_diffs(doc: object, diffs: list[JsonDiff]) -> object:

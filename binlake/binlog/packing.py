@@ -29,6 +29,17 @@ def packed_int(buf: bytes, off: int, end: int) -> tuple[int, int]:
     return int.from_bytes(buf[off + 1 : off + 1 + width], "little"), off + 1 + width
 
 
+def encode_packed_int(n: int) -> bytes:
+    """MySQL's length-encoded integer (net_store_length), the inverse of packed_int."""
+    if n < 251:
+        return bytes((n,))
+    if n < 1 << 16:
+        return b"\xfc" + n.to_bytes(2, "little")
+    if n < 1 << 24:
+        return b"\xfd" + n.to_bytes(3, "little")
+    return b"\xfe" + n.to_bytes(8, "little")
+
+
 def take(buf: bytes, off: int, n: int, end: int) -> tuple[bytes, int]:
     """Return buf[off:off+n] and the new offset, checking the event bound."""
     if n < 0 or off + n > end:

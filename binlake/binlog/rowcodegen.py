@@ -17,7 +17,7 @@ from typing import Any
 from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .tablemap import Column, TableMap
-from .values import DIG2BYTES, ValueError_, column_decoder, string_real_type  # noqa: F401
+from .values import DIG2BYTES, ValueError_, column_decoder, guess_text
 
 _gmtime = time.gmtime
 _ts_cache: dict[int, str] = {}
@@ -76,13 +76,6 @@ def old_date(x: int) -> str:
             _date_cache.clear()
         _date_cache[key] = text
     return text
-
-
-def _guess_text(raw: bytes):
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw
 
 
 def decimal_groups(precision: int, scale: int) -> tuple[list[tuple[int, int]], int, int]:
@@ -297,7 +290,7 @@ def _emit_text(g: _Gen, col: Column, v: str, ind: int) -> None:
         return
     decode = decoder_for(col.collation)
     if decode is None:
-        fn = g.ref(_guess_text, "guess")
+        fn = g.ref(guess_text, "guess")
         e(ind, f"{v} = {fn}({v})")
     elif codec_of(col.collation) == "utf-8":
         e(ind, f"{v} = {v}.decode('utf-8')")

@@ -280,16 +280,15 @@ def _text_converter(col: Column):
     if col.collation == BINARY:
         return None
     decode = decoder_for(col.collation)
-    if decode is not None:
-        return decode
+    return decode if decode is not None else guess_text
 
-    def guess(raw: bytes):
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return raw
 
-    return guess
+def guess_text(raw: bytes):
+    """A value of unknown charset: text when it is valid UTF-8, else the bytes as they are."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def make_length_prefixed(prefix: int, convert) -> Decoder:

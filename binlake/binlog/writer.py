@@ -53,6 +53,7 @@ from .constants import (
 from .constants import ColumnType as T
 from .constants import EventType as E
 from .constants import TableMapMeta as M
+from .packing import encode_packed_int
 from .tablemap import CHARACTER_TYPES, NUMERIC_TYPES, Column, TableMap
 
 __all__ = ["BinlogWriter", "GtidSet", "Transaction", "column", "packed_int"]
@@ -107,15 +108,7 @@ _ROWS_POST = struct.Struct("<HH")  # flags, extra-data length (2: the length fie
 _ZERO_SID = bytes(16)
 
 
-def packed_int(n: int) -> bytes:
-    """MySQL's length-encoded integer (net_store_length)."""
-    if n < 251:
-        return bytes((n,))
-    if n < 1 << 16:
-        return b"\xfc" + n.to_bytes(2, "little")
-    if n < 1 << 24:
-        return b"\xfd" + n.to_bytes(3, "little")
-    return b"\xfe" + n.to_bytes(8, "little")
+packed_int = encode_packed_int
 
 
 def _server_version_number(version: str) -> int:
