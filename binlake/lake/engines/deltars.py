@@ -1,0 +1,256 @@
+"""The embedded engine: delta-rs (`deltalake`) fed with Arrow, no JVM.
+
+Exactly-once: each operation loads one snapshot, checks `transaction_version(app_id)` on it, and commits from that
+snapshot with `CommitProperties(app_transactions=[Transaction(app_id, batch)])`. delta-rs' conflict checker fails
+a commit when a concurrent winning commit carries the same app id (verified: two appends, and two merges, of the
+same (app_id, batch) from one snapshot -> the second raises CommitFailedError), and fails a MERGE whenever a
+concurrent commit added data. On CommitFailedError the whole operation is retried from a fresh snapshot, where the
+txn check turns a duplicate into a no-op. Table creation is its own empty commit, because a writer that finds no
+table has no snapshot to conflict-check against (verified: two racing creating appends both landed).
+Reads go through `DeltaTable.scan` (DataFusion) rather than `to_pyarrow_table`; see docs/engines.md (exit abort).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
+from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, parse_meta
+from .mergeplan import MergeSpec
+from .schema_change import apply_changes, plan, relevant, renamed
+from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
+
+T = TypeVar("T")
+
+
+class DeltaRsEngine:
+    """DeltaEngine on delta-rs. `storage_options` go to every table (object stores: S3/OSS-compatible, GCS, ...)."""
+
+    name = "delta-rs"
+
+    def __init__(self, storage_options: dict[str, str] | None = None, max_attempts: int = 6) -> None:
+        import deltalake  # noqa: F401  (fail at construction, not at the first commit)
+
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.max_attempts = max_attempts
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _dt(self, path: str, version: int | None = None):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(str(path), version=version, storage_options=self.storage_options)
+        except TableNotFoundError as exc:
+            raise EngineError(f"no Delta table at {path}" + (f" version {version}" if version is not None else "")
+                              + f": {exc}") from exc
+
+    @staticmethod
+    def _props(meta: dict[str, Any]):
+        from deltalake import CommitProperties, Transaction
+
+        txns = [Transaction(app_id=t["appId"], version=t["version"]) for t in meta["txns"]]
+        return CommitProperties(app_transactions=txns, custom_metadata={META_KEY: meta})
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        """Rerun a whole read-check-commit attempt when delta-rs reports a commit conflict."""
+        from deltalake.exceptions import CommitFailedError
+
+        for n in range(self.max_attempts):
+            try:
+                return attempt()
+            except CommitFailedError:
+                if n == self.max_attempts - 1:
+                    raise
+                time.sleep(0.05 * 2**n * (1 + random.random()))
+        raise AssertionError("unreachable")
+
+    def _ensure_commit(self, dt, before: int, meta: dict[str, Any]) -> None:
+        """delta-rs makes no commit for a write that changes nothing; commit the txn alone then (a blind
+        append of no files, still conflict-checked on the txn app id)."""
+        if dt.version() == before:
+            dt.create_write_transaction([], "append", dt.schema(), partition_by=dt.metadata().partition_columns,
+                                        commit_properties=self._props(meta))
+
+    @staticmethod
+    def _arrow_schema(dt) -> pa.Schema:
+        return pa.schema(dt.schema().to_arrow())
+
+    # -- reads ------------------------------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(str(path), self.storage_options)
+
+    def version(self, path: str) -> int | None:
+        return self._dt(path).version() if self.exists(path) else None
+
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        if not self.exists(path):
+            return None
+        v = self._dt(path).transaction_version(app_id)
+        return None if v is None or v < 0 else v
+
+    def table_schema(self, path: str) -> pa.Schema:
+        return self._arrow_schema(self._dt(path))
+
+    def read(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        dt = self._dt(path)
+        schema = self._arrow_schema(dt)
+        if columns is not None:
+            unknown = [c for c in columns if c not in schema.names]
+            if unknown:
+                raise EngineError(f"read {path}: no column(s) {unknown}; columns are {schema.names}")
+            schema = pa.schema([schema.field(c) for c in columns])
+        # scan() streams Arrow view types (string_view...); cast back to the table's declared types.
+        return pa.table(dt.scan(columns=columns)).cast(schema)
+
+    def history(self, path: str) -> list[HistoryEntry]:
+        return [history_entry(h["version"], h.get("timestamp"), h.get("operation", ""), parse_meta(h.get(META_KEY)))
+                for h in self._dt(path).history()]
+
+    def _history_meta(self, path: str) -> list[tuple[int, dict[str, Any] | None]]:
+        return [(h["version"], parse_meta(h.get(META_KEY))) for h in self._dt(path).history()]
+
+    # -- writes -----------------------------------------------------------------------------------------------
+
+    def create_empty(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        if self.exists(path):
+            return
+        try:
+            DeltaTable.create(str(path), schema, mode="ignore", partition_by=partition_by or None,
+                              storage_options=self.storage_options)
+        except (CommitFailedError, DeltaError):
+            if not self.exists(path):  # lost a creation race: fine; anything else is a real error
+                raise
+
+    def append(self, path: str, data: pa.Table, app_id: str, batch: int,
+               partition_by: list[str] | None = None) -> bool:
+        from deltalake import write_deltalake
+
+        check_batch(app_id, batch)
+        meta = commit_meta("append", [(app_id, batch)])
+
+        def attempt() -> bool:
+            self.create_empty(path, data.schema, partition_by)
+            dt = self._dt(path)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False
+            before = dt.version()
+            write_deltalake(dt, data, mode="append", schema_mode="merge", commit_properties=self._props(meta))
+            self._ensure_commit(dt, before, meta)
+            return True
+
+        return self._retry(attempt)
+
+    def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
+                  meta: dict[str, Any], check_txn: bool) -> bool:
+        dt = self._dt(path)
+        if check_txn and is_committed(dt.transaction_version(app_id), batch):
+            return False
+        before = dt.version()
+        # streamed_exec=False lets delta-rs derive a file-pruning predicate from the (in-memory) source's key
+        # ranges, so a batch rewrites only the files its keys can be in.
+        merger = dt.merge(source, spec.on, source_alias="s", target_alias="t", streamed_exec=False,
+                          commit_properties=self._props(meta))
+        for clause in spec.clauses:
+            assignments = dict(clause.assignments)
+            if clause.kind == "matched_delete":
+                merger = merger.when_matched_delete(clause.predicate)
+            elif clause.kind == "matched_update":
+                merger = merger.when_matched_update(assignments, clause.predicate)
+            else:
+                merger = merger.when_not_matched_insert(assignments, clause.predicate)
+        merger.execute()
+        self._ensure_commit(dt, before, meta)
+        return True
+
+    def merge(self, path: str, data: pa.Table, keys: list[str], app_id: str, batch: int) -> bool:
+        check_batch(app_id, batch)
+        return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
+
+    def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(self._dt(path), schema.empty_table(), mode="overwrite", schema_mode="overwrite",
+                        commit_properties=self._props(commit_meta("reset", [(app_id, batch)])))
+
+    def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
+        check_batch(app_id, batch)
+        changes = list(changes)
+        done = self._retry(lambda: self._rewrite(path, changes, app_id, batch))
+        tpath = tombstone_path(path)
+        if self.exists(tpath):
+            tchanges = relevant(changes, self.table_schema(tpath).names)
+            if tchanges:
+                self._retry(lambda: self._rewrite(tpath, tchanges, app_id, batch))
+        return done
+
+    def _rewrite(self, path: str, changes: list[ColumnChange], app_id: str, batch: int) -> bool:
+        """Overwrite the table with itself, changed, in one commit; streams batch by batch."""
+        from deltalake import write_deltalake
+
+        dt = self._dt(path)
+        if is_committed(dt.transaction_version(app_id), batch):
+            return False
+        old = self._arrow_schema(dt)
+        new = plan(old, changes)
+        scan = pa.RecordBatchReader.from_stream(dt.scan())
+
+        failed: list[EngineError] = []
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for b in scan:
+                try:
+                    yield apply_changes(b.cast(old), changes)
+                except EngineError as exc:  # delta-rs would wrap it in a DeltaError; re-raised as is below
+                    failed.append(exc)
+                    raise
+
+        meta = commit_meta("replace_schema", [(app_id, batch)],
+                           changes=[f"{c.kind} {c.column}" + (f" -> {c.new_name}" if c.new_name else "")
+                                    for c in changes])
+        partitions = renamed(dt.metadata().partition_columns, changes)
+        try:
+            write_deltalake(dt, pa.RecordBatchReader.from_batches(new, batches()), mode="overwrite",
+                            schema_mode="overwrite", partition_by=partitions or None,
+                            commit_properties=self._props(meta))
+        except Exception:
+            if failed:
+                raise failed[0] from None
+            raise
+        return True
+
+    def restore(self, path: str, version: int) -> None:
+        history = self._history_meta(path)
+        self._restore_one(path, version)
+        tpath = tombstone_path(path)
+        if self.exists(tpath):
+            current = self._dt(tpath).version()
+            self._restore_one(tpath, min(tombstone_version_at(history, version), current))
+
+    def _restore_one(self, path: str, version: int) -> None:
+        """Restore `path` to `version` and put every txn version changed since back to its value then
+        (-1 = none), so a rolled-back batch runs again when retried."""
+        dt = self._dt(path)
+        current = dt.version()
+        if not 0 <= version <= current:
+            raise EngineError(f"restore {path}: version {version} is not in 0..{current}")
+        if version == current:
+            return
+        apps = sorted(app_ids_after(self.history(path), version))
+        then = self._dt(path, version)
+        txns = [(a, v if (v := then.transaction_version(a)) is not None else -1) for a in apps]
+        meta = commit_meta("restore", txns, restoredTo=version)
+        dt.restore(version, commit_properties=self._props(meta))
+        self._ensure_commit(dt, current, meta)

@@ -1,0 +1,336 @@
+"""The cluster engine: delta-spark (DataFrame writes and DeltaTable.merge) on a SparkSession with the Delta jars.
+
+pyspark and delta are imported lazily, inside methods; the caller builds the session (with
+`spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension` and
+`spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog` and the delta-spark jars).
+
+Exactly-once:
+- appends and rewrites pass the DataFrame writer options `txnAppId`/`txnVersion` (Delta skips a write whose
+  version is <= the one recorded for the app id, and its conflict checker fails a commit that races a winning
+  commit with the same app id);
+- MERGE has no writer options; delta-spark (since 2.4, delta-io/delta#1555) takes the same pair from the session
+  confs `spark.databricks.delta.write.txnAppId` / `spark.databricks.delta.write.txnVersion`. Delta leaves them set
+  after the commit (autoReset is off by default), so they are set and unset around each merge under a lock, and
+  the commit metadata JSON goes to `spark.databricks.delta.commitInfo.userMetadata` the same way.
+- Delta Spark has no public API returning a txn version, so `txn_version` replays the log with delta-rs (same
+  path; pass `storage_options` for object stores). Lowering txn versions on restore (which Delta Spark's own
+  writes refuse: a lower version is "already committed") is a metadata-only delta-rs commit as well.
+This engine could not be run where it was written (no Delta jars): see docs/engines.md for what is verified.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from .base import ColumnChange, EngineError, EngineUnavailable, HistoryEntry, check_batch, is_committed
+from .commitmeta import app_ids_after, commit_meta, history_entry, parse_meta
+from .deltars import DeltaRsEngine
+from .mergeplan import MergeSpec, quote
+from .schema_change import apply_changes, plan, relevant, renamed
+from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
+
+T = TypeVar("T")
+
+DELTA_TABLE_CLASS = "io.delta.tables.DeltaTable"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def available(spark: Any) -> tuple[bool, str]:
+    """Whether delta-spark can run on `spark`, and why not."""
+    if spark is None:
+        return False, "the delta-spark engine needs a SparkSession and none was given"
+    try:
+        import delta.tables  # noqa: F401
+    except ImportError:
+        return False, "the delta-spark Python package is not installed (pip install 'binlake[delta-spark]')"
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return False, "the delta-spark engine needs a classic (JVM) SparkSession, not Spark Connect"
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(DELTA_TABLE_CLASS, False, loader)
+    except Exception:
+        return False, (f"the Delta jars are not on Spark's classpath (JVM class {DELTA_TABLE_CLASS} not found); "
+                       "add io.delta:delta-spark_2.13 matching the delta-spark package via spark.jars or "
+                       "spark.jars.packages")
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    catalog = spark.conf.get("spark.sql.catalog.spark_catalog", "") or ""
+    if DELTA_EXTENSION not in extensions or catalog != DELTA_CATALOG:
+        return False, (f"the session is not configured for Delta: set spark.sql.extensions={DELTA_EXTENSION} and "
+                       f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}")
+    return True, "delta-spark is available"
+
+
+def _has_ntz(schema: pa.Schema | pa.DataType) -> bool:
+    if isinstance(schema, pa.Schema):
+        return any(_has_ntz(f.type) for f in schema)
+    if pa.types.is_timestamp(schema):
+        return schema.tz is None
+    if pa.types.is_struct(schema):
+        return any(_has_ntz(schema.field(i).type) for i in range(schema.num_fields))
+    if pa.types.is_list(schema) or pa.types.is_large_list(schema):
+        return _has_ntz(schema.value_type)
+    return False
+
+
+class DeltaSparkEngine:
+    """DeltaEngine on delta-spark; see the module docstring for how each commit is made exactly once."""
+
+    name = "delta-spark"
+
+    def __init__(self, spark: Any, storage_options: dict[str, str] | None = None, max_attempts: int = 6) -> None:
+        ok, reason = available(spark)
+        if not ok:
+            raise EngineUnavailable(f"engine 'delta-spark' is unavailable: {reason}")
+        self.spark = spark
+        self.max_attempts = max_attempts
+        self._log = DeltaRsEngine(storage_options)
+        self._conf_lock = threading.Lock()
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _table(self, path: str):
+        from delta.tables import DeltaTable
+
+        return DeltaTable.forPath(self.spark, str(path))
+
+    def _df(self, data: pa.Table):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        # An explicit schema keeps Arrow timestamps without zone as TIMESTAMP_NTZ (the default would make them
+        # session-local TIMESTAMPs).
+        return self.spark.createDataFrame(data, schema=from_arrow_schema(data.schema, prefer_timestamp_ntz=True))
+
+    def _writer(self, df, mode: str, app_id: str, batch: int, meta: dict[str, Any]):
+        return (df.write.format("delta").mode(mode).option("txnAppId", app_id).option("txnVersion", str(batch))
+                .option("userMetadata", json.dumps(meta)))
+
+    def _ensure_ntz_feature(self, path: str, schema: pa.Schema) -> None:
+        """Delta Spark enables the timestampNtz table feature when it creates a table with such a column, but not
+        when one is added to an existing table (append with mergeSchema, rewrite): enable it first then. A
+        protocol-only commit, idempotent by nature (the one commit here without a txn)."""
+        if not (self.exists(path) and _has_ntz(schema)):
+            return
+        if "timestampNtz" in (self._log._dt(path).protocol().writer_features or []):
+            return
+        location = str(path).replace("`", "``")
+        self.spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')")
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        import delta.exceptions as dx
+
+        # The Python conflict classes are siblings (not subclasses of DeltaConcurrentModificationException).
+        conflicts = (dx.DeltaConcurrentModificationException, dx.ConcurrentWriteException,
+                     dx.MetadataChangedException, dx.ProtocolChangedException, dx.ConcurrentAppendException,
+                     dx.ConcurrentDeleteReadException, dx.ConcurrentDeleteDeleteException,
+                     dx.ConcurrentTransactionException)
+        for n in range(self.max_attempts):
+            try:
+                return attempt()
+            except conflicts:
+                if n == self.max_attempts - 1:
+                    raise
+                time.sleep(0.1 * 2**n * (1 + random.random()))
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _session_txn(self, meta: dict[str, Any]) -> Iterator[None]:
+        """Session confs that make the next DML commit carry the txn; restored afterwards."""
+        txn = meta["txns"][0]
+        wanted = {TXN_APP_ID_CONF: txn["appId"], TXN_VERSION_CONF: str(txn["version"]),
+                  USER_METADATA_CONF: json.dumps(meta)}
+        with self._conf_lock:
+            conf = self.spark.conf
+            saved = {k: conf.get(k, None) for k in wanted}
+            for k, v in wanted.items():
+                conf.set(k, v)
+            try:
+                yield
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        conf.unset(k)
+                    else:
+                        conf.set(k, v)
+
+    # -- reads ------------------------------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(self.spark, str(path)))
+
+    def version(self, path: str) -> int | None:
+        if not self.exists(path):
+            return None
+        return int(self._table(path).history(1).select("version").first()[0])
+
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        return self._log.txn_version(path, app_id)
+
+    def table_schema(self, path: str) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.spark.read.format("delta").load(str(path)).schema, timezone="UTC")
+
+    def read(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        from pyspark.sql import functions as F
+
+        df = self.spark.read.format("delta").load(str(path))
+        if columns is not None:
+            df = df.select(*[F.col(quote(c)) for c in columns])
+        schema = self.table_schema(path)
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        return df.toArrow().cast(schema)
+
+    def history(self, path: str) -> list[HistoryEntry]:
+        rows = self._table(path).history().select("version", "timestamp", "operation", "userMetadata").collect()
+        return [history_entry(r["version"], int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
+                              r["operation"], parse_meta(r["userMetadata"])) for r in rows]
+
+    def _history_meta(self, path: str) -> list[tuple[int, dict[str, Any] | None]]:
+        rows = self._table(path).history().select("version", "userMetadata").collect()
+        return [(int(r["version"]), parse_meta(r["userMetadata"])) for r in rows]
+
+    # -- writes -----------------------------------------------------------------------------------------------
+
+    def create_empty(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if self.exists(path):
+            return
+        df = self.spark.createDataFrame([], from_arrow_schema(schema, prefer_timestamp_ntz=True))
+        writer = df.write.format("delta").mode("ignore")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        try:
+            writer.save(str(path))
+        except Exception:
+            if not self.exists(path):  # lost a creation race: fine; anything else is a real error
+                raise
+
+    def append(self, path: str, data: pa.Table, app_id: str, batch: int,
+               partition_by: list[str] | None = None) -> bool:
+        check_batch(app_id, batch)
+        meta = commit_meta("append", [(app_id, batch)])
+
+        def attempt() -> bool:
+            self.create_empty(path, data.schema, partition_by)
+            if is_committed(self.txn_version(path, app_id), batch):
+                return False
+            self._ensure_ntz_feature(path, data.schema)
+            before = self.version(path)
+            self._writer(self._df(data), "append", app_id, batch, meta).option("mergeSchema", "true").save(str(path))
+            return self.version(path) != before  # unchanged: Delta itself found the txn already committed
+
+        return self._retry(attempt)
+
+    def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
+                  meta: dict[str, Any], check_txn: bool) -> bool:
+        if check_txn and is_committed(self.txn_version(path, app_id), batch):
+            return False
+        merger = self._table(path).alias("t").merge(self._df(source).alias("s"), spec.on)
+        for clause in spec.clauses:
+            assignments = dict(clause.assignments)
+            if clause.kind == "matched_delete":
+                merger = merger.whenMatchedDelete(condition=clause.predicate)
+            elif clause.kind == "matched_update":
+                merger = merger.whenMatchedUpdate(condition=clause.predicate, set=assignments)
+            else:
+                merger = merger.whenNotMatchedInsert(condition=clause.predicate, values=assignments)
+        with self._session_txn(meta):
+            merger.execute()
+        if check_txn and not is_committed(self.txn_version(path, app_id), batch):
+            # The merge changed nothing and made no commit: record the txn with an empty append.
+            empty = self.spark.read.format("delta").load(str(path)).limit(0)
+            self._writer(empty, "append", app_id, batch, meta).save(str(path))
+        return True
+
+    def merge(self, path: str, data: pa.Table, keys: list[str], app_id: str, batch: int) -> bool:
+        check_batch(app_id, batch)
+        return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
+
+    def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        df = self.spark.createDataFrame([], from_arrow_schema(schema, prefer_timestamp_ntz=True))
+        meta = commit_meta("reset", [(app_id, batch)])
+        self._writer(df, "overwrite", app_id, batch, meta).option("overwriteSchema", "true").save(str(path))
+
+    def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
+        check_batch(app_id, batch)
+        changes = list(changes)
+        done = self._retry(lambda: self._rewrite(path, changes, app_id, batch))
+        tpath = tombstone_path(path)
+        if self.exists(tpath):
+            tchanges = relevant(changes, self.table_schema(tpath).names)
+            if tchanges:
+                self._retry(lambda: self._rewrite(tpath, tchanges, app_id, batch))
+        return done
+
+    def _rewrite(self, path: str, changes: list[ColumnChange], app_id: str, batch: int) -> bool:
+        """Overwrite the table with itself changed (Arrow batches through mapInArrow), in one commit."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        if is_committed(self.txn_version(path, app_id), batch):
+            return False
+        new = plan(self.table_schema(path), changes)
+        self._ensure_ntz_feature(path, new)
+
+        def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                yield apply_changes(b, changes)
+
+        df = self.spark.read.format("delta").load(str(path))
+        out = df.mapInArrow(convert, from_arrow_schema(new, prefer_timestamp_ntz=True))
+        partitions = renamed(list(self._table(path).detail().select("partitionColumns").first()[0] or []), changes)
+        meta = commit_meta("replace_schema", [(app_id, batch)], changes=[f"{c.kind} {c.column}" for c in changes])
+        writer = self._writer(out, "overwrite", app_id, batch, meta).option("overwriteSchema", "true")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        from pyspark.errors import PythonException
+
+        try:
+            writer.save(str(path))
+        except PythonException as exc:  # a failed conversion inside mapInArrow
+            raise EngineError(f"replace_schema {path}: {exc}") from exc
+        return True
+
+    def restore(self, path: str, version: int) -> None:
+        history = self._history_meta(path)
+        self._restore_one(path, version)
+        tpath = tombstone_path(path)
+        if self.exists(tpath):
+            current = self.version(tpath) or 0
+            self._restore_one(tpath, min(tombstone_version_at(history, version), current))
+
+    def _restore_one(self, path: str, version: int) -> None:
+        current = self.version(path)
+        if current is None or not 0 <= version <= current:
+            raise EngineError(f"restore {path}: version {version} is not in 0..{current}")
+        if version == current:
+            return
+        apps = sorted(app_ids_after(self.history(path), version))
+        then = self._log._dt(path, version)
+        txns = [(a, v if (v := then.transaction_version(a)) is not None else -1) for a in apps]
+        self._table(path).restoreToVersion(version)
+        if txns:
+            # Delta Spark refuses to write a txn version lower than the recorded one (it treats the write as done),
+            # so the rollback of txn versions is a metadata-only delta-rs commit.
+            dt = self._log._dt(path)
+            meta = commit_meta("restore", txns, restoredTo=version)
+            dt.create_write_transaction([], "append", dt.schema(), partition_by=dt.metadata().partition_columns,
+                                        commit_properties=self._log._props(meta))

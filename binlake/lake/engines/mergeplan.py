@@ -1,0 +1,97 @@
+"""Engine-neutral MERGE plans: input validation and SQL clauses that both delta-rs (DataFusion SQL) and Spark SQL
+accept. Source alias `s`, target alias `t`; every identifier is backtick-quoted so any MySQL column name works.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .base import DELETED, SEQ, MergeInputError
+
+ClauseKind = Literal["matched_delete", "matched_update", "not_matched_insert"]
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class Clause:
+    kind: ClauseKind
+    predicate: str | None = None
+    assignments: tuple[tuple[str, str], ...] = ()
+    """(quoted target column, source expression) pairs for update/insert."""
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    on: str
+    clauses: tuple[Clause, ...]
+
+
+def _on(keys: list[str]) -> str:
+    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+
+
+def _assign(columns: list[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((quote(c), f"s.{quote(c)}") for c in columns)
+
+
+S_SEQ, T_SEQ, S_DEL = f"s.{quote(SEQ)}", f"t.{quote(SEQ)}", f"s.{quote(DELETED)}"
+
+
+def current_spec(columns: list[str], keys: list[str]) -> MergeSpec:
+    """The current-table merge: only strictly newer changes apply; deletes of unknown keys insert nothing."""
+    return MergeSpec(_on(keys), (
+        Clause("matched_delete", f"{S_DEL} AND {S_SEQ} > {T_SEQ}"),
+        Clause("matched_update", f"NOT {S_DEL} AND {S_SEQ} > {T_SEQ}", _assign(columns)),
+        Clause("not_matched_insert", f"NOT {S_DEL}", _assign(columns)),
+    ))
+
+
+def tombstone_spec(keys: list[str]) -> MergeSpec:
+    """Record deletes: a tombstone keeps the newest delete `_seq` seen for its key."""
+    return MergeSpec(_on(keys), (
+        Clause("matched_update", f"{S_SEQ} > {T_SEQ}", _assign([SEQ])),
+        Clause("not_matched_insert", None, _assign([*keys, SEQ])),
+    ))
+
+
+def delete_older_spec(keys: list[str]) -> MergeSpec:
+    """Delete target rows older than the source `_seq` for the key (tombstone pruning, resurrection repair)."""
+    return MergeSpec(_on(keys), (Clause("matched_delete", f"{T_SEQ} < {S_SEQ}"),))
+
+
+def validate_merge_input(data: pa.Table, keys: list[str]) -> pa.Table:
+    """Check the merge contract and normalise `_seq` to int64 and `_deleted` to bool."""
+    if not keys:
+        raise MergeInputError("merge needs at least one key column")
+    names = data.column_names
+    missing = [c for c in [*keys, SEQ, DELETED] if c not in names]
+    if missing:
+        raise MergeInputError(f"merge input lacks column(s) {missing}; it has {names}")
+    if len(set(names)) != len(names):
+        raise MergeInputError(f"merge input has duplicate column names: {names}")
+    if not pa.types.is_integer(data.schema.field(SEQ).type):
+        raise MergeInputError(f"{SEQ} must be an integer column, got {data.schema.field(SEQ).type}")
+    if not pa.types.is_boolean(data.schema.field(DELETED).type):
+        raise MergeInputError(f"{DELETED} must be a boolean column, got {data.schema.field(DELETED).type}")
+    data = data.set_column(names.index(SEQ), SEQ, data.column(SEQ).cast(pa.int64()))
+    for col in [*keys, SEQ, DELETED]:
+        if data.column(col).null_count:
+            raise MergeInputError(f"merge input column {col!r} has nulls")
+    if data.num_rows:
+        groups = data.select(keys).group_by(keys).aggregate([([], "count_all")])
+        if groups.num_rows != data.num_rows:
+            dup = groups.filter(pc.greater(groups.column("count_all"), 1)).slice(0, 3).drop(["count_all"])
+            raise MergeInputError(f"merge input must hold one row per key; duplicated keys e.g. {dup.to_pylist()}")
+    return data
+
+
+def current_columns(data: pa.Table) -> list[str]:
+    """The current table's columns for merge input `data`: everything except `_deleted`."""
+    return [c for c in data.column_names if c != DELETED]
