@@ -115,6 +115,46 @@ def cmd_schema_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    import re
+
+    from .lake.ingest import IngestOptions, run_ingest
+    from .sources.local import resolve_source
+
+    files = resolve_source(args.source)
+    if not files:
+        print(f"binlake: no binlog files at {args.source}", file=sys.stderr)
+        return 1
+    opts = IngestOptions(
+        lake=args.lake, files=files, schemas=args.schemas, instance=args.instance, engine=args.engine,
+        pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
+        databases={d.strip() for d in args.databases.split(",")} if args.databases else None,
+    )
+    summary = run_ingest(opts, progress=lambda msg: print(f"[ingest] {msg}", file=sys.stderr))
+    print(summary.text())
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .lake.query import trace
+
+    rows = trace(args.lake, args.table, dict(kv.split("=", 1) for kv in args.key), engine=args.engine)
+    if not rows:
+        print(f"no change of {args.table} with {' '.join(args.key)} in the lake")
+        return 1
+    for r in rows:
+        print(r)
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from .lake.query import run_query
+
+    table = run_query(args.lake, args.sql, engine=args.engine)
+    print(table.to_pandas().to_string(index=False) if table.num_rows else "(no rows)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -151,6 +191,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include", action="append", default=[], help="db.table glob to track (repeatable)")
     p.add_argument("--exclude", action="append", default=[], help="db.table glob to leave out (repeatable)")
     p.set_defaults(func=cmd_schema_snapshot)
+
+    p = sub.add_parser("ingest", help="decode new binlog data into the lake's history and current tables")
+    p.add_argument("--source", required=True, help="local:DIR (a directory or glob of binlog files)")
+    p.add_argument("--lake", required=True, help="lake root directory")
+    p.add_argument("--schemas", help="DDL snapshot store or directory of <db>.sql files")
+    p.add_argument("--instance", default="default", help="source instance name (snapshot store, control table)")
+    p.add_argument("--engine", default=None, help="delta-rs (default) or delta-spark")
+    p.add_argument("--pipeline", default="default", help="pipeline name (part of every commit's app id)")
+    p.add_argument("--tables", help="regular expression on db.table to ingest")
+    p.add_argument("--databases", help="comma-separated databases to ingest")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("trace", help="a row's full change timeline: when, which op, old -> new, file:pos, GTID")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--table", required=True, help="db.table")
+    p.add_argument("--key", action="append", required=True, help="column=value (repeat for composite keys)")
+    p.add_argument("--engine", default=None)
+    p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("query", help="SQL over the lake's tables (db.table, db.table__history)")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--engine", default=None)
+    p.add_argument("sql")
+    p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("demo", help="write sample binlogs and decode them (no server, no network)")
     p.add_argument("--workdir", default=".binlake-demo", help="where the demo writes its files")

@@ -1,0 +1,93 @@
+"""The control table `_binlake/files`: one row per source binlog file per instance and host lineage.
+
+It is the checkpoint. A run resumes each file at `end_pos` (the end of its last committed transaction) and the
+batch number continues from the highest recorded one. It advances only after the batch's history and current
+commits succeeded, so a run killed at any point redoes exactly the batch it did not record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from .engines import DELETED, SEQ, DeltaEngine
+from .layout import LakeLayout
+
+STATUSES = ("discovered", "fetched", "decoded", "merged", "quarantined")
+KEYS = ["instance", "lineage", "file"]
+SCHEMA = pa.schema([
+    pa.field("instance", pa.string()),
+    pa.field("lineage", pa.string()),
+    pa.field("file", pa.string()),
+    pa.field("file_seq", pa.int64()),
+    pa.field("size", pa.int64()),
+    pa.field("first_ts", pa.timestamp("us", tz="UTC")),
+    pa.field("last_ts", pa.timestamp("us", tz="UTC")),
+    pa.field("checksum", pa.string()),
+    pa.field("status", pa.string()),
+    pa.field("attempts", pa.int32()),
+    pa.field("last_error", pa.string()),
+    pa.field("end_pos", pa.int64()),
+    pa.field("complete", pa.bool_()),
+    pa.field("batch_id", pa.int64()),
+    pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+])
+
+
+@dataclass
+class FileState:
+    instance: str
+    lineage: str
+    file: str
+    file_seq: int
+    size: int
+    status: str = "discovered"
+    end_pos: int = 4
+    complete: bool = False
+    batch_id: int = -1
+    attempts: int = 0
+    last_error: str | None = None
+    checksum: str | None = None
+    first_ts: datetime | None = None
+    last_ts: datetime | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class ControlTable:
+    def __init__(self, engine: DeltaEngine, layout: LakeLayout) -> None:
+        self.engine = engine
+        self.layout = layout
+        self.path = layout.control_path
+
+    def load(self) -> dict[tuple[str, str, str], FileState]:
+        if not self.engine.exists(self.path):
+            return {}
+        out = {}
+        for r in self.engine.read(self.path).to_pylist():
+            st = FileState(r["instance"], r["lineage"], r["file"], r["file_seq"], r["size"], r["status"],
+                           r["end_pos"], bool(r["complete"]), r["batch_id"], r["attempts"] or 0, r["last_error"],
+                           r["checksum"], r["first_ts"], r["last_ts"])
+            out[(st.instance, st.lineage, st.file)] = st
+        return out
+
+    def last_batch(self) -> int:
+        states = self.load()
+        return max((s.batch_id for s in states.values()), default=-1)
+
+    def record(self, states: list[FileState], batch: int) -> bool:
+        """Upsert the files' rows as of `batch` (exactly once per batch)."""
+        now = datetime.now(UTC)
+        rows = {f.name: [] for f in SCHEMA}
+        for s in states:
+            values = {"instance": s.instance, "lineage": s.lineage, "file": s.file, "file_seq": s.file_seq,
+                      "size": s.size, "first_ts": s.first_ts, "last_ts": s.last_ts, "checksum": s.checksum,
+                      "status": s.status, "attempts": s.attempts, "last_error": s.last_error,
+                      "end_pos": s.end_pos, "complete": s.complete, "batch_id": s.batch_id, "updated_at": now}
+            for k, v in values.items():
+                rows[k].append(v)
+        arrays = [pa.array(rows[f.name], f.type) for f in SCHEMA]
+        data = pa.table([*arrays, pa.array([batch] * len(states), pa.int64()), pa.array([False] * len(states))],
+                        names=[*SCHEMA.names, SEQ, DELETED])
+        return self.engine.merge(self.path, data, KEYS, self.layout.app_id("control"), batch)

@@ -1,0 +1,103 @@
+"""Decode one range of one binlog file into history tables: the unit of work of a Spark task (or a local loop).
+
+Only whole transactions count: rows of a transaction still open at the end of the range are left for the next
+run, which resumes at `end` (the end of the last complete transaction).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ..binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch
+from ..binlog.records import EventRecord
+from ..binlog.stream import open_binlog
+from .convert import ConversionStats
+from .history import CommittedChange, history_table
+
+
+@dataclass
+class TableResult:
+    """One table's share of a range: history rows (Arrow IPC, picklable) and its last TABLE_MAP."""
+
+    history_ipc: list[bytes] = field(default_factory=list)
+    table_map: object = None  # binlake.binlog.tablemap.TableMap of the last change (columns, key, schema)
+    versions: dict = field(default_factory=dict)  # schema version id -> the TableMap decoded under it
+
+
+@dataclass
+class RangeResult:
+    file: str
+    file_seq: int
+    start: int
+    end: int  # end of the last complete transaction: where the next run resumes
+    end_status: str
+    reached_file_end: bool
+    transactions: int = 0
+    tables: dict[str, TableResult] = field(default_factory=dict)
+    counts: Counter = field(default_factory=Counter)  # (table, op) -> rows
+    statements: list[dict] = field(default_factory=list)  # statement-based DML seen
+    ddl: list[dict] = field(default_factory=list)
+    conversions: ConversionStats = field(default_factory=ConversionStats)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def read_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(io.BytesIO(data)).read_all()
+
+
+def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
+                 resolver=None, tables=None, databases=None) -> RangeResult:
+    opts = DecodeOptions(start_position=start if start and start > 4 else None, stop_position=stop, commits=True,
+                         table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False)
+    decoder = BinlogDecoder(opts)
+    result = RangeResult(name, file_seq, start or 4, start or 4, "", False)
+    pending: list = []  # rows of the open transaction
+    committed: dict[int, list[CommittedChange]] = {}  # id(table map) -> changes
+    maps: dict[int, object] = {}
+    latest: dict[str, object] = {}  # table -> its TABLE_MAP at the latest committed change
+    with open_binlog(path) as f:
+        for item in decoder.decode_stream_batched(f, name):
+            if type(item) is RowBatch:
+                pending.extend(item)
+                continue
+            rec: EventRecord = item
+            if rec.kind == "commit":
+                for change in pending:
+                    key = id(change.table)
+                    maps[key] = change.table
+                    committed.setdefault(key, []).append(CommittedChange(change, rec.ts, file_seq))
+                    result.counts[(change.table.qualified_name, change.op)] += 1
+                    latest[change.table.qualified_name] = change.table
+                pending = []
+                result.transactions += 1
+                result.end = rec.end_pos if rec.end_pos is not None else result.end
+            elif rec.kind == "statement":
+                result.statements.append({"file": name, "pos": rec.pos, **{k: rec.info.get(k) for k in
+                                                                           ("database", "query")}})
+            elif rec.kind == "ddl":
+                result.ddl.append({"file": name, "pos": rec.pos, "database": rec.info.get("database"),
+                                   "query": rec.info.get("query")})
+    end = decoder.results[-1].end
+    result.end_status = end.status if end else "complete"
+    result.reached_file_end = stop is None and end is not None and end.status == "complete"
+    if result.reached_file_end and not pending:
+        # Only non-transactional events (ROTATE, STOP) follow the last commit: the file is fully consumed.
+        result.end = end.pos
+    for key, items in committed.items():
+        tm = maps[key]
+        entry = result.tables.setdefault(tm.qualified_name, TableResult())
+        entry.history_ipc.append(_ipc(history_table(items, batch_id, result.conversions)))
+        entry.versions[tm.schema_version] = tm
+    for name, tm in latest.items():
+        result.tables[name].table_map = tm
+    return result

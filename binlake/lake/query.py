@@ -1,0 +1,93 @@
+"""Reading the lake: SQL over its tables (delta-rs' DataFusion) and a row's change timeline."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+
+from .engines import get_engine
+from .layout import LakeLayout
+
+_NAME = re.compile(r"(?<![\w.`\"])([A-Za-z_][\w$]*)\.([A-Za-z_][\w$]*)(?![\w`\"])")
+
+
+def lake_tables(lake: str) -> dict[str, str]:
+    """'db.table' and 'db.table__history' -> Delta table path, for every table in the lake."""
+    root = Path(lake)
+    out = {}
+    for delta_log in root.glob("*/*/_delta_log"):
+        table_dir = delta_log.parent
+        db = table_dir.parent.name
+        if db == "_binlake":
+            continue
+        out[f"{db}.{table_dir.name}"] = str(table_dir)
+    return out
+
+
+def run_query(lake: str, sql: str, engine: str | None = None) -> pa.Table:
+    """Run SQL naming lake tables as db.table / db.table__history (registered as db__table / ...)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    tables = lake_tables(lake)
+    qb = QueryBuilder()
+    aliases = {}
+    for name, path in tables.items():
+        alias = name.replace(".", "__")
+        aliases[name] = alias
+        qb.register(alias, DeltaTable(path))
+
+    def swap(m: re.Match) -> str:
+        name = f"{m.group(1)}.{m.group(2)}"
+        return aliases.get(name, m.group(0))
+
+    return pa.table(qb.execute(_NAME.sub(swap, sql)).read_all())
+
+
+def trace(lake: str, table: str, key: dict[str, str], engine: str | None = None) -> list[str]:
+    """Every change of the row whose key columns equal `key`, oldest first, as readable lines."""
+    db, _, name = table.partition(".")
+    layout = LakeLayout(lake)
+    eng = get_engine(engine)
+    path = layout.history_path(db, name)
+    if not eng.exists(path):
+        raise ValueError(f"no history table for {table} in {lake}")
+    history = eng.read(path)
+    for col in key:
+        if col not in history.column_names:
+            raise ValueError(f"{table} has no column {col!r}")
+    cols = list(key)
+    wanted = {tuple(pa.scalar(key[c]).cast(history.schema.field(c).type).as_py() for c in cols)}
+    rows = history.select([*cols, "_before", "_op"]).to_pylist()
+    # Follow the row through primary-key changes: an update from key A to key B is the same row.
+    grew = True
+    while grew:
+        grew = False
+        for r in rows:
+            after = tuple(r[c] for c in cols)
+            before = tuple((r["_before"] or {}).get(c) for c in cols) if r["_op"] == "update" else after
+            if (after in wanted) != (before in wanted):
+                wanted.update((after, before))
+                grew = True
+    keep = [tuple(r[c] for c in cols) in wanted or (r["_op"] == "update" and tuple(
+        (r["_before"] or {}).get(c) for c in cols) in wanted) for r in rows]
+    hits = history.filter(pa.array(keep))
+    hits = hits.sort_by([("_file_seq", "ascending"), ("_pos", "ascending"), ("_sub", "ascending"),
+                         ("_row", "ascending")])
+    meta = {"_op", "_binlog_file", "_file_seq", "_pos", "_sub", "_row", "_txn_pos", "_commit_ts", "_gtid",
+            "_schema_version", "_batch_id", "_commit_date", "_before"}
+    lines = []
+    for r in hits.to_pylist():
+        after = {k: v for k, v in r.items() if k not in meta}
+        when = r["_commit_ts"].strftime("%Y-%m-%d %H:%M:%S UTC")
+        where = f"{r['_binlog_file']}:{r['_pos']}" + (f" gtid {r['_gtid']}" if r["_gtid"] else "")
+        if r["_op"] == "update":
+            before = r["_before"] or {}
+            diff = {k: f"{before.get(k)!r} -> {v!r}" for k, v in after.items() if before.get(k) != v}
+            lines.append(f"{when}  update  {diff}  at {where}")
+        elif r["_op"] == "insert":
+            lines.append(f"{when}  insert  {after}  at {where}")
+        else:
+            lines.append(f"{when}  delete  {after}  at {where}")
+    return lines
