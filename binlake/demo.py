@@ -1,20 +1,17 @@
-"""`binlake demo`: write sample binlogs with a private MariaDB and show what binlake makes of them.
+"""`binlake demo`: the main job on the embedded default.
 
-No credentials and no network: the server runs from a temp directory on a loopback port and is removed after.
+A private MariaDB (temp directory, loopback port, binlog_row_metadata=MINIMAL so rows carry no column names)
+writes sample binlogs that include an ALTER TABLE moving a column mid-stream; binlake ingests them from a local
+directory into a local Delta lake and prints table counts and one row's change timeline. No credentials, no
+network.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import random
-import re
 import shutil
 from pathlib import Path
 
-from .binlog.api import compute_stats, decode_to
-from .binlog.decoder import DecodeOptions
-from .binlog.stats import render_text
 from .testing.mariadb import PrivateMariaDB, ServerError, find_server_binary
 from .testing.workload import run_all_types_workload
 
@@ -32,7 +29,7 @@ SHOP_SQL = [
 
 def write_sample_binlogs(workdir: Path) -> list[Path]:
     """Run a small shop workload and the all-types workload; return the closed binlog files (copied)."""
-    server = PrivateMariaDB.start("FULL", base_dir=workdir / "server")
+    server = PrivateMariaDB.start("MINIMAL", base_dir=workdir / "server")
     try:
         with server.connect() as conn, conn.cursor() as cur:
             cur.execute("CREATE DATABASE shop")
@@ -52,29 +49,44 @@ def write_sample_binlogs(workdir: Path) -> list[Path]:
 
 
 def run_demo(workdir: str | Path) -> int:
+    from .lake.ingest import IngestOptions, run_ingest
+    from .lake.query import run_query, trace
+
     work = Path(workdir).resolve()
     if work.exists():
         shutil.rmtree(work)
-    work.mkdir(parents=True)
+    binlogs = work / "binlogs"
+    binlogs.mkdir(parents=True)
     if find_server_binary() is None:
         print("binlake demo needs a local MariaDB server binary (scripts/dev.sh setup installs mariadb-server).")
         return 1
-    print(f"[demo] writing sample binlogs with a private MariaDB under {work}")
+    print(f"[demo] writing sample binlogs with a private MariaDB (MINIMAL row metadata) under {work}")
     try:
-        files = write_sample_binlogs(work)
+        files = write_sample_binlogs(binlogs)
     except ServerError as exc:
         print(f"[demo] could not start the private server: {exc}")
         return 1
     print(f"[demo] {len(files)} binlog file(s): {', '.join(f.name for f in files)}\n")
-    print("[demo] binlake stats:")
-    print(render_text(compute_stats(files)))
-    buf = io.StringIO()
-    decode_to(files, buf, "jsonl", DecodeOptions(tables=re.compile(r"^shop\.customers$")))
-    print("\n[demo] binlake decode --tables '^shop\\.customers$' (JSON lines):")
-    for line in buf.getvalue().splitlines():
-        doc = json.loads(line)
-        print(f"  {doc['file']}:{doc['pos']} {doc['op']:6} {doc['db']}.{doc['table']} "
-              f"before={json.dumps(doc['before'], ensure_ascii=False)} after={json.dumps(doc['after'], ensure_ascii=False)}")
-    print("\n[demo] Note the rows after the ALTER: the server wrote FULL metadata, so names follow the new column order.")
-    print(f"[demo] files kept in {work}; try: binlake decode --format sql {files[0]}")
+    lake = work / "lake"
+    print(f"[demo] binlake ingest --source local:{binlogs} --lake {lake}")
+    summary = run_ingest(IngestOptions(lake=str(lake), files=[str(f) for f in files]),
+                         progress=lambda msg: print(f"[ingest] {msg}"))
+    print(summary.text())
+    print("\n[demo] table counts:")
+    counts = run_query(str(lake), "SELECT 'shop.customers' AS t, count(*) AS n FROM shop.customers UNION ALL "
+                                  "SELECT 'shop.customers__history', count(*) FROM shop.customers__history UNION ALL "
+                                  "SELECT 'shop.all_types', count(*) FROM shop.all_types")
+    for row in counts.to_pylist():
+        print(f"  {row['t']:28} {row['n']}")
+    print("\n[demo] shop.customers now (city moved before name by an ALTER mid-stream; names follow it):")
+    current = run_query(str(lake), "SELECT id, city, name, balance FROM shop.customers ORDER BY id")
+    for row in current.to_pylist():
+        print(f"  {row}")
+    print("\n[demo] binlake trace --table shop.customers --key id=40   (who changed this row, and when)")
+    for line in trace(str(lake), "shop.customers", {"id": "40"}):
+        print(f"  {line}")
+    again = run_ingest(IngestOptions(lake=str(lake), files=[str(f) for f in files]))
+    print(f"\n[demo] running ingest again: {again.text()}")
+    print(f"[demo] lake kept in {lake}; try: .venv/bin/binlake query --lake {lake} "
+          "\"SELECT * FROM shop.customers__history\"")
     return 0

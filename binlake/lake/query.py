@@ -10,7 +10,7 @@ import pyarrow as pa
 from .engines import get_engine
 from .layout import LakeLayout
 
-_NAME = re.compile(r"(?<![\w.`\"])([A-Za-z_][\w$]*)\.([A-Za-z_][\w$]*)(?![\w`\"])")
+_NAME = re.compile(r"(?<![\w.`\"'])([A-Za-z_][\w$]*)\.([A-Za-z_][\w$]*)(?![\w`\"'])")
 
 
 def lake_tables(lake: str) -> dict[str, str]:
