@@ -115,22 +115,37 @@ def cmd_schema_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
+def ingest_options(args: argparse.Namespace):
+    """IngestOptions from `binlake ingest` arguments (shared with spark_jobs/ingest.py)."""
     import re
 
-    from .lake.ingest import IngestOptions, run_ingest
+    from .lake.ingest import IngestOptions
     from .sources.local import resolve_source
 
     files = resolve_source(args.source)
     if not files:
-        print(f"binlake: no binlog files at {args.source}", file=sys.stderr)
-        return 1
-    opts = IngestOptions(
+        raise ValueError(f"--source {args.source}: no binlog files there")
+    return IngestOptions(
         lake=args.lake, files=files, schemas=args.schemas, instance=args.instance, engine=args.engine,
         pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
         databases={d.strip() for d in args.databases.split(",")} if args.databases else None,
+        split_bytes=args.split_mb << 20,
     )
-    summary = run_ingest(opts, progress=lambda msg: print(f"[ingest] {msg}", file=sys.stderr))
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from .lake.ingest import run_ingest
+
+    opts = ingest_options(args)
+    executor = None
+    if args.spark:
+        from spark_jobs.ingest import spark_executor
+        from spark_jobs.session import build_spark_session
+
+        spark = build_spark_session("binlake-ingest")
+        executor = spark_executor(spark)
+    kwargs = {"executor": executor} if executor else {}
+    summary = run_ingest(opts, progress=lambda msg: print(f"[ingest] {msg}", file=sys.stderr), **kwargs)
     print(summary.text())
     return 0
 
@@ -201,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", default="default", help="pipeline name (part of every commit's app id)")
     p.add_argument("--tables", help="regular expression on db.table to ingest")
     p.add_argument("--databases", help="comma-separated databases to ingest")
+    p.add_argument("--split-mb", type=int, default=64, help="decode files larger than this as several ranges")
+    p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("trace", help="a row's full change timeline: when, which op, old -> new, file:pos, GTID")

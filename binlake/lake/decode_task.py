@@ -88,6 +88,11 @@ def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: i
                 result.ddl.append({"file": name, "pos": rec.pos, "database": rec.info.get("database"),
                                    "query": rec.info.get("query")})
     end = decoder.results[-1].end
+    if stop is not None and pending:
+        raise ValueError(f"{name}: the range [{start}, {stop}) ends inside a transaction; ranges must be cut at "
+                         "transaction starts")
+    if stop is not None and end is not None and end.status == "stop position":
+        result.end = stop
     result.end_status = end.status if end else "complete"
     result.reached_file_end = stop is None and end is not None and end.status == "complete"
     if result.reached_file_end and not pending:

@@ -25,15 +25,21 @@ from .decode_task import RangeResult, decode_range, read_ipc
 from .engines import DELETED, SEQ, DeltaEngine, get_engine
 from .history import PARTITION_BY
 from .layout import LakeLayout
+from .split import plan_ranges
 
-Task = tuple[str, str, int, int | None]  # path, file name, file sequence, start position
+Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
 Executor = Callable[[list[Task], int, object, object], list[RangeResult]]
 
 
-def local_executor(tasks: list[Task], batch: int, resolver, filters) -> list[RangeResult]:
+def run_task(task: Task, batch: int, resolver, filters) -> RangeResult:
+    """One decode task; what a Spark task runs (everything it needs is in its arguments)."""
+    path, name, seq, start, stop = task
     tables, databases = filters
-    return [decode_range(path, name, seq, start, None, batch, resolver, tables, databases)
-            for path, name, seq, start in tasks]
+    return decode_range(path, name, seq, start, stop, batch, resolver, tables, databases)
+
+
+def local_executor(tasks: list[Task], batch: int, resolver, filters) -> list[RangeResult]:
+    return [run_task(t, batch, resolver, filters) for t in tasks]
 
 
 @dataclass
@@ -47,6 +53,7 @@ class IngestOptions:
     pipeline: str = "default"
     tables: object = None  # compiled regex on db.table
     databases: set[str] | None = None
+    split_bytes: int = 64 << 20  # files larger than this are decoded as several ranges of whole transactions
 
 
 @dataclass
@@ -146,7 +153,9 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
     summary.seconds["schema timeline"] = time.perf_counter() - started
 
     t0 = time.perf_counter()
-    tasks = [(path, st.file, st.file_seq, st.end_pos) for path, st in todo]
+    tasks = [(path, st.file, st.file_seq, a, b) for path, st in todo
+             for a, b in plan_ranges(path, st.file, st.end_pos, opts.split_bytes)]
+    progress(f"decoding {len(tasks)} range(s)")
     results = executor(tasks, batch, resolver, (opts.tables, opts.databases))
     summary.seconds["decode"] = time.perf_counter() - t0
 
@@ -171,9 +180,13 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
     registry.commit(batch)
     summary.seconds["merge"] = time.perf_counter() - t0
 
-    for (_path, st), res in zip(todo, results, strict=True):
-        st.end_pos = res.end
-        st.complete = res.reached_file_end and res.end == st.size
+    by_file: dict[str, list[RangeResult]] = {}
+    for res in results:
+        by_file.setdefault(res.file, []).append(res)
+    for _path, st in todo:
+        last = max(by_file[st.file], key=lambda r: r.start)
+        st.end_pos = last.end
+        st.complete = last.reached_file_end and last.end == st.size
         st.status = "merged"
         st.batch_id = batch
     control.record([st for _, st in todo], batch)
