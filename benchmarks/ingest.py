@@ -1,0 +1,96 @@
+"""Ingest speed on the decoder benchmark's 500,000-change binlog (built by benchmarks/decode.py if missing).
+
+Reports end-to-end rows/s, the split between decode, history append and merge, peak memory, decode-only time
+for comparison (target: ingest within 3x of decode-only), Spark local[1] vs local[2], and the time of a second
+run over the same input (target: a no-op under 10 s). Usage:
+
+    .venv/bin/python benchmarks/ingest.py [--json OUT] [--no-spark]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+CHILD = r"""
+import json, sys, time, resource
+sys.path.insert(0, {root!r})
+from binlake.lake.ingest import IngestOptions, run_ingest
+mode, lake, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+executor = {{}}
+if mode.startswith("spark"):
+    from spark_jobs.ingest import spark_executor
+    from spark_jobs.session import build_spark_session
+    spark = build_spark_session("bench", master="local[" + mode[5:] + "]")
+    executor = {{"executor": spark_executor(spark)}}
+opts = IngestOptions(lake=lake, files=files, split_bytes=8 << 20)
+t = time.perf_counter(); s = run_ingest(opts, **executor); first = time.perf_counter() - t
+t = time.perf_counter(); again = run_ingest(opts, **executor); second = time.perf_counter() - t
+print(json.dumps({{"rows": sum(s.rows.values()), "first": first, "second": second, "split": s.seconds,
+                  "second_batch": again.batch,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
+def decode_only(files: list[str]) -> float:
+    from binlake.binlog.decoder import BinlogDecoder
+
+    t = time.perf_counter()
+    for _ in BinlogDecoder().decode_files(files):
+        pass
+    return time.perf_counter() - t
+
+
+def run_child(mode: str, files: list[str]) -> dict:
+    lake = tempfile.mkdtemp(prefix=f"binlake-bench-{mode}-")
+    try:
+        code = CHILD.format(root=str(HERE.parent))
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        done = subprocess.run([sys.executable, "-c", code, mode, lake, *files], capture_output=True, text=True,
+                              env=env)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if not lines:  # delta-rs may abort at exit (delta-rs#2184) after printing; only missing output is fatal
+            raise SystemExit(f"{mode} run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return json.loads(lines[-1])
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--no-spark", action="store_true")
+    args = parser.parse_args()
+    from benchmarks.decode import cached_binlog
+
+    files = [str(f) for f in cached_binlog(500_000, False)]
+    figures = {"decode_only_seconds": round(decode_only(files), 2)}
+    local = run_child("local", files)
+    figures["local"] = local
+    figures["ingest_over_decode"] = round(local["first"] / figures["decode_only_seconds"], 2)
+    figures["rows_per_second"] = round(local["rows"] / local["first"])
+    if not args.no_spark:
+        for cores in (1, 2):
+            figures[f"spark_local_{cores}"] = run_child(f"spark{cores}", files)
+        figures["spark_speedup_2_over_1"] = round(
+            figures["spark_local_1"]["first"] / figures["spark_local_2"]["first"], 2)
+    figures["peak_rss_mb_self"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(json.dumps(figures, indent=2, default=str))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
