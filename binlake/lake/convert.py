@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..binlog.constants import ColumnType as T
 from ..binlog.rows import ABSENT, JsonPatch
@@ -73,23 +74,21 @@ class ConversionStats(Counter):
     """Counts of values that could not be represented as-is: 'zero_date:db.t.col', 'unlabeled_enum:...', ..."""
 
 
-def _invalid_date(text: str) -> bool:
-    return text.startswith("0000") or text[5:7] == "00" or text[8:10] == "00"
-
-
 def to_arrow(values: list[Any], col: Column, where: str, stats: ConversionStats) -> pa.Array:
     """One column's values (ABSENT treated as null) as an Arrow array of the mapped type."""
     typ = arrow_type(col)
-    vals = [None if v is ABSENT else v for v in values]
+    vals = [None if v is ABSENT else v for v in values] if values.count(ABSENT) else values
     t = col.type
     if t in (T.DATE, T.NEWDATE, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2):
-        cleaned = []
-        for v in vals:
-            if v is not None and _invalid_date(v):
-                stats[f"zero_date:{where}"] += 1
-                v = None
-            cleaned.append(v)
-        strings = pa.array(cleaned, pa.string())
+        strings = pa.array(vals, pa.string())
+        # Zero and partial dates ('0000-00-00', '2020-00-15') have no Delta form: null, and counted.
+        invalid = pc.or_(pc.or_(pc.starts_with(strings, "0000"),
+                                pc.equal(pc.utf8_slice_codeunits(strings, 5, 7), "00")),
+                         pc.equal(pc.utf8_slice_codeunits(strings, 8, 10), "00"))
+        bad = pc.sum(pc.cast(pc.fill_null(invalid, False), pa.int64())).as_py() or 0
+        if bad:
+            stats[f"zero_date:{where}"] += bad
+            strings = pc.if_else(pc.fill_null(invalid, False), pa.scalar(None, pa.string()), strings)
         if typ == pa.date32():
             return strings.cast(pa.date32())
         naive = strings.cast(pa.timestamp("us"))

@@ -20,7 +20,6 @@ from ..schema.model import TableDef
 from .convert import arrow_type
 from .engines import DELETED, SEQ, ColumnChange
 from .history import META_NAMES
-from .ordering import net_changes
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
 SEQ_FILE_SHIFT = 40
@@ -60,42 +59,40 @@ def key_names(tm: TableMap) -> list[str]:
 
 
 def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
-    """One row per key: the last change of each key in the segment, with `_seq` and `_deleted`."""
+    """One row per key: the last change of each key in the segment (rows in binlog order), with `_seq` and
+    `_deleted`. An update that changes the key also deletes the old key. Vectorized with Arrow."""
     keys = key_names(tm)
-    columns = [c.key for c in tm.columns]
-    rows = seg.select([*columns, "_before", "_op", "_file_seq", "_pos", "_sub", "_row", "_commit_ts"]).to_pylist()
-    items = []
-    for r in rows:
-        full = (r["_file_seq"], r["_pos"], r["_sub"], r["_row"])
-        after_key = tuple(r[k] for k in keys)
-        before = r["_before"]
-        before_key = tuple(before[k] for k in keys) if before else after_key
-        row = {c: r[c] for c in columns}
-        row["_commit_ts"] = r["_commit_ts"]
-        # Net reduction needs a strictly increasing order: the full position, as one tuple-sortable integer.
-        items.append((full, r["_op"], before_key, after_key, row, event_seq(r["_file_seq"], r["_pos"])))
-    ordered = [(i, op, bk, ak, (None if op == "delete" else row), seq)
-               for i, (_full, op, bk, ak, row, seq) in enumerate(items)]
-    net = net_changes(ordered)
     schema = current_schema(tm)
-    out: dict[str, list] = {f.name: [] for f in schema}
-    out[SEQ], out[DELETED] = [], []
-    for change in net.values():
-        seq = change.commit_ts  # the event seq was carried in the commit_ts slot of net_changes' input
-        if change.row is None:
-            for name, value in zip(keys, change.key, strict=True):
-                out[name].append(value)
-            for f in schema:
-                if f.name not in keys:
-                    out[f.name].append(None)
-        else:
-            for f in schema:
-                out[f.name].append(change.row[f.name])
-        out[SEQ].append(seq)
-        out[DELETED].append(change.row is None)
-    arrays = [pa.array(out[f.name], f.type) for f in schema]
-    return pa.table([*arrays, pa.array(out[SEQ], pa.int64()), pa.array(out[DELETED], pa.bool_())],
-                    names=[*schema.names, SEQ, DELETED])
+    values = [f.name for f in schema]
+    n = seg.num_rows
+    seq = pc.add(pc.shift_left(seg.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
+                 seg.column("_pos").cast(pa.int64()))
+    op = seg.column("_op")
+    order = pa.array(range(n), pa.int64())
+    main = pa.table({**{c: seg.column(c) for c in values}, SEQ: seq,
+                     DELETED: pc.equal(op, "delete"), "_order": pc.add(pc.multiply(order, 2), 1)})
+    parts = [main]
+    before = seg.column("_before")
+    if before.null_count < n:
+        # Key-changing updates: a delete of the old key, ordered just before the upsert of the new one.
+        changed = pc.equal(op, "update")
+        for k in keys:
+            changed = pc.and_(changed, pc.not_equal(pc.struct_field(before, k), seg.column(k)))
+        changed = pc.fill_null(changed, False)
+        if pc.any(changed).as_py():
+            old = seg.filter(changed)
+            tomb = {c: (pc.struct_field(old.column("_before"), c) if c in keys else pa.nulls(old.num_rows,
+                    schema.field(c).type)) for c in values}
+            tomb[SEQ] = seq.filter(changed)
+            tomb[DELETED] = pa.array([True] * old.num_rows)
+            tomb["_order"] = pc.multiply(order.filter(changed), 2)
+            parts.append(pa.table(tomb).cast(main.schema))
+    events = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else main.combine_chunks()
+    last = events.group_by(keys, use_threads=False).aggregate([("_order", "max")])
+    positions = pc.index_in(last.column("_order_max"), value_set=events.column("_order"))
+    result = events.take(positions).drop_columns(["_order"])
+    return result.select([*values, SEQ, DELETED]).cast(
+        pa.schema([*[schema.field(c) for c in values], pa.field(SEQ, pa.int64()), pa.field(DELETED, pa.bool_())]))
 
 
 def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableMap, table_schema: pa.Schema,

@@ -16,7 +16,7 @@ from ..binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch
 from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
-from .history import CommittedChange, history_table
+from .history import CommittedBatch, history_table
 
 
 @dataclass
@@ -61,23 +61,25 @@ def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: i
                          table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False)
     decoder = BinlogDecoder(opts)
     result = RangeResult(name, file_seq, start or 4, start or 4, "", False)
-    pending: list = []  # rows of the open transaction
-    committed: dict[int, list[CommittedChange]] = {}  # id(table map) -> changes
+    pending: list[RowBatch] = []  # rows events of the open transaction
+    committed: dict[int, list[CommittedBatch]] = {}  # id(table map) -> rows events
     maps: dict[int, object] = {}
     latest: dict[str, object] = {}  # table -> its TABLE_MAP at the latest committed change
     with open_binlog(path) as f:
         for item in decoder.decode_stream_batched(f, name):
             if type(item) is RowBatch:
-                pending.extend(item)
+                if item:
+                    pending.append(item)
                 continue
             rec: EventRecord = item
             if rec.kind == "commit":
-                for change in pending:
-                    key = id(change.table)
-                    maps[key] = change.table
-                    committed.setdefault(key, []).append(CommittedChange(change, rec.ts, file_seq))
-                    result.counts[(change.table.qualified_name, change.op)] += 1
-                    latest[change.table.qualified_name] = change.table
+                for rows in pending:
+                    tm = rows[0].table
+                    key = id(tm)
+                    maps[key] = tm
+                    committed.setdefault(key, []).append(CommittedBatch(rows, rec.ts, file_seq))
+                    result.counts[(tm.qualified_name, rows[0].op)] += len(rows)
+                    latest[tm.qualified_name] = tm
                 pending = []
                 result.transactions += 1
                 result.end = rec.end_pos if rec.end_pos is not None else result.end

@@ -37,62 +37,71 @@ PARTITION_BY = ["_commit_date"]
 
 
 @dataclass
-class CommittedChange:
-    """A row change with the commit time of its transaction (known only once the transaction ended)."""
+class CommittedBatch:
+    """The rows of one rows event (one table, op, position) with the commit time of their transaction, which is
+    known only once the transaction ended."""
 
-    change: RowChange
+    rows: list[RowChange]
     commit_ts: int
     file_seq: int
 
 
-def history_table(items: Sequence[CommittedChange], batch_id: int, stats: ConversionStats) -> pa.Table:
-    """History rows for changes that share one TABLE_MAP layout (same table, same schema version)."""
+def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: ConversionStats) -> pa.Table:
+    """History rows for rows events that share one TABLE_MAP layout (same table, same schema version)."""
     if not items:
         raise ValueError("no changes")
-    tm: TableMap = items[0].change.table
+    tm: TableMap = items[0].rows[0].table
     names = tm.column_keys
     clash = META_NAMES.intersection(names)
     if clash:
         raise ValueError(f"{tm.qualified_name} has columns named like binlake's metadata: {sorted(clash)}")
     where = tm.qualified_name
-    images = [c.change.after if c.change.after is not None else c.change.before for c in items]
+    changes = [c for item in items for c in item.rows]
+    n = len(changes)
+    images = [c.after if c.after is not None else c.before for c in changes]
+    by_column = list(zip(*images, strict=True)) if images else [()] * len(tm.columns)
     columns = {}
     for col in tm.columns:
-        columns[col.key] = to_arrow([img[col.index] for img in images], col, f"{where}.{col.key}", stats)
-    befores = [c.change.before if c.change.op == "update" else None for c in items]
+        columns[col.key] = to_arrow(list(by_column[col.index]), col, f"{where}.{col.key}", stats)
     before_fields = [pa.field(col.key, arrow_type(col)) for col in tm.columns]
-    if any(b is not None for b in befores):
-        children = [to_arrow([None if b is None else b[col.index] for b in befores], col, f"{where}.{col.key}",
-                             stats) for col in tm.columns]
+    updates = [i for i, c in enumerate(changes) if c.op == "update"]
+    if updates:
+        befores = [c.before if c.op == "update" else None for c in changes]
+        filler = [None] * len(tm.columns)
+        by_before = list(zip(*[b if b is not None else filler for b in befores], strict=True))
+        children = [to_arrow(list(by_before[col.index]), col, f"{where}.{col.key}", stats) for col in tm.columns]
         mask = pa.array([b is None for b in befores])
         columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields, mask=mask)
     else:
-        columns["_before"] = pa.nulls(len(items), pa.struct(before_fields))
-    commit = [datetime.fromtimestamp(c.commit_ts, tz=UTC) for c in items]
-    meta = {
-        "_op": [c.change.op for c in items],
-        "_binlog_file": [c.change.file for c in items],
-        "_file_seq": [c.file_seq for c in items],
-        "_pos": [c.change.pos for c in items],
-        "_sub": [c.change.sub for c in items],
-        "_row": [c.change.row for c in items],
-        "_txn_pos": [c.change.txn_pos if c.change.txn_pos is not None else c.change.pos for c in items],
-        "_commit_ts": commit,
-        "_gtid": [c.change.gtid for c in items],
-        "_schema_version": [tm.schema_version for _ in items],
-        "_batch_id": [batch_id] * len(items),
-        "_commit_date": [d.date() for d in commit],
-    }
+        columns["_before"] = pa.nulls(n, pa.struct(before_fields))
+    meta: dict[str, list] = {f.name: [] for f in META_FIELDS}
+    for item in items:
+        first = item.rows[0]
+        k = len(item.rows)
+        commit = datetime.fromtimestamp(item.commit_ts, tz=UTC)
+        meta["_op"] += [first.op] * k
+        meta["_binlog_file"] += [first.file] * k
+        meta["_file_seq"] += [item.file_seq] * k
+        meta["_pos"] += [first.pos] * k
+        meta["_sub"] += [first.sub] * k
+        meta["_row"] += [c.row for c in item.rows]
+        meta["_txn_pos"] += [first.txn_pos if first.txn_pos is not None else first.pos] * k
+        meta["_commit_ts"] += [commit] * k
+        meta["_gtid"] += [first.gtid] * k
+        meta["_commit_date"] += [commit.date()] * k
+    meta["_schema_version"] = [tm.schema_version] * n
+    meta["_batch_id"] = [batch_id] * n
     for f in META_FIELDS:
         columns[f.name] = pa.array(meta[f.name], f.type)
     return pa.table(columns)
 
 
-def absent_columns(items: Sequence[CommittedChange]) -> set[str]:
+def absent_columns(items: Sequence[CommittedBatch]) -> set[str]:
     """Columns missing from some row image (binlog_row_image=MINIMAL/NOBLOB): the current table cannot use them."""
     out: set[str] = set()
-    for c in items:
-        for img in (c.change.before, c.change.after):
-            if img is not None:
-                out.update(col.key for col, v in zip(c.change.table.columns, img, strict=False) if v is ABSENT)
+    for item in items:
+        for c in item.rows:
+            for img in (c.before, c.after):
+                if img is not None:
+                    out.update(col.key for col, v in zip(c.table.columns, img, strict=False) if v is ABSENT)
     return out
