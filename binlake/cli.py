@@ -150,6 +150,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bootstrap(args: argparse.Namespace) -> int:
+    from .lake.bootstrap import run_bootstrap
+
+    tables = [tuple(t.split(".", 1)) for t in args.tables.split(",")]
+    if any(len(t) != 2 for t in tables):
+        raise ValueError("--tables takes db.table names separated by commas")
+    summary = run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
+                            pipeline=args.pipeline)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from .lake.query import trace
 
@@ -219,6 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-mb", type=int, default=64, help="decode files larger than this as several ranges")
     p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
     p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("bootstrap", help="load existing rows (consistent snapshots, chunked by key); ingest "
+                       "then continues at the matching binlog position")
+    p.add_argument("--mysql", required=True, help="mysql://user:password@host:port/")
+    p.add_argument("--tables", required=True, help="db.table,db.table,...")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--instance", default="default")
+    p.add_argument("--pipeline", default="default")
+    p.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk (integer primary keys)")
+    p.set_defaults(func=cmd_bootstrap)
 
     p = sub.add_parser("trace", help="a row's full change timeline: when, which op, old -> new, file:pos, GTID")
     p.add_argument("--lake", required=True)

@@ -95,8 +95,14 @@ def _ordered(files: Sequence[str]) -> list[str]:
 def plan_files(opts: IngestOptions, states: dict) -> list[tuple[str, FileState]]:
     """Files with something left to read, with their state (new files start at position 4)."""
     todo = []
+    # After a bootstrap, ingest starts at its position: older files are already reflected in the loaded rows.
+    floor = min((s.file_seq for s in states.values()
+                 if s.status == "bootstrap" and (s.instance, s.lineage) == (opts.instance, opts.lineage)),
+                default=-1)
     for path in _ordered(opts.files):
         name = Path(path).name
+        if sequence_number(name) < floor:
+            continue
         size = Path(path).stat().st_size
         st = states.get((opts.instance, opts.lineage, name))
         if st is None:
@@ -163,8 +169,9 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
     t0 = time.perf_counter()
     for name, (history, _versions, last_tm) in sorted(tables.items()):
         db, table = last_tm.database, last_tm.table
+        # Versions of per-table app ids are batch * 1000 + step everywhere (bootstrap writes several per batch).
         appended = engine.append(layout.history_path(db, table), history, layout.app_id("history", db, table),
-                                 batch, partition_by=PARTITION_BY)
+                                 batch * 1000, partition_by=PARTITION_BY)
         summary.committed[name] = {"history": appended}
         progress(f"{name}: {history.num_rows} history rows {'appended' if appended else 'already committed'}")
     summary.seconds["history append"] = time.perf_counter() - t0
