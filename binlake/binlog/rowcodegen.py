@@ -17,7 +17,7 @@ from typing import Any
 from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .tablemap import Column, TableMap
-from .values import DIG2BYTES, ValueError_, column_decoder, guess_text
+from .values import ValueError_, column_decoder, decimal_groups, guess_text
 
 _gmtime = time.gmtime
 _ts_cache: dict[int, str] = {}
@@ -76,19 +76,6 @@ def old_date(x: int) -> str:
             _date_cache.clear()
         _date_cache[key] = text
     return text
-
-
-def decimal_groups(precision: int, scale: int) -> tuple[list[tuple[int, int]], int, int]:
-    intg = precision - scale
-    groups: list[tuple[int, int]] = []
-    if intg % 9:
-        groups.append((DIG2BYTES[intg % 9], intg % 9))
-    groups += [(4, 9)] * (intg // 9)
-    n_int = len(groups)
-    groups += [(4, 9)] * (scale // 9)
-    if scale % 9:
-        groups.append((DIG2BYTES[scale % 9], scale % 9))
-    return groups, n_int, sum(b for b, _ in groups)
 
 
 _DECIMAL_CONTEXT = Context(prec=80)  # wide enough for DECIMAL(65,30): scaleb never rounds

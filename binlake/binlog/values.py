@@ -119,12 +119,10 @@ def decimal_size(precision: int, scale: int) -> int:
     return (intg // 9) * 4 + DIG2BYTES[intg % 9] + (scale // 9) * 4 + DIG2BYTES[scale % 9]
 
 
-def make_decimal(precision: int, scale: int) -> Decoder:
-    """MySQL binary DECIMAL: 9 digits per 4 bytes, big-endian, sign in the top bit, negatives inverted."""
-    if precision < 1 or precision > 65 or scale > 30 or scale > precision:
-        raise ValueError_(f"impossible DECIMAL({precision},{scale}) metadata")
+def decimal_groups(precision: int, scale: int) -> tuple[list[tuple[int, int]], int, int]:
+    """(bytes, digits) of each digit group in storage order, how many are integer groups, and the total bytes."""
     intg = precision - scale
-    groups: list[tuple[int, int]] = []  # (bytes, digits) in storage order
+    groups: list[tuple[int, int]] = []
     if intg % 9:
         groups.append((DIG2BYTES[intg % 9], intg % 9))
     groups += [(4, 9)] * (intg // 9)
@@ -132,7 +130,14 @@ def make_decimal(precision: int, scale: int) -> Decoder:
     groups += [(4, 9)] * (scale // 9)
     if scale % 9:
         groups.append((DIG2BYTES[scale % 9], scale % 9))
-    size = sum(b for b, _ in groups)
+    return groups, n_int, sum(b for b, _ in groups)
+
+
+def make_decimal(precision: int, scale: int) -> Decoder:
+    """MySQL binary DECIMAL: 9 digits per 4 bytes, big-endian, sign in the top bit, negatives inverted."""
+    if precision < 1 or precision > 65 or scale > 30 or scale > precision:
+        raise ValueError_(f"impossible DECIMAL({precision},{scale}) metadata")
+    groups, n_int, size = decimal_groups(precision, scale)
     quantum = Decimal(1).scaleb(-scale)
 
     def dec(buf, off):
