@@ -153,8 +153,41 @@ class _Txn:
     maria_standalone: bool = False
 
 
-class RowBatch(list):
-    """The row changes of one rows event (same table, operation, position and time)."""
+class RowBatch:
+    """The rows of one rows event (same table, operation, position and time), decoded.
+
+    Values are decoded eagerly (`pairs`: (before, after) value lists); the RowChange objects are made only when
+    iterated, so per-event consumers (stats, the lake) do not pay for them."""
+
+    __slots__ = ("_rows", "file", "gtid", "op", "pairs", "pos", "sub", "table", "ts", "txn_pos")
+
+    def __init__(self, file, pos, txn_pos, sub, ts, gtid, table, op, pairs) -> None:
+        self.file = file
+        self.pos = pos
+        self.txn_pos = txn_pos
+        self.sub = sub
+        self.ts = ts
+        self.gtid = gtid
+        self.table = table
+        self.op = op
+        self.pairs = pairs
+        self._rows = None
+
+    @property
+    def rows(self) -> list[RowChange]:
+        if self._rows is None:
+            f, p, t, s, ts, g, tm, op = self.file, self.pos, self.txn_pos, self.sub, self.ts, self.gtid, self.table, self.op
+            self._rows = [RowChange(f, p, t, s, i, ts, g, tm, op, b, a) for i, (b, a) in enumerate(self.pairs)]
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
 
 
 class BinlogDecoder:
@@ -512,8 +545,7 @@ class _FileState:
         except ValueError_ as exc:
             raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}: {exc}", name, pos) from None
         n = len(rows)
-        yield RowBatch([RowChange(name, pos, txn_pos, sub, i, ts, gtid, tm, op, before, after)
-                        for i, (before, after) in enumerate(rows)])
+        yield RowBatch(name, pos, txn_pos, sub, ts, gtid, tm, op, rows)
         t.rows += n
         t.last_ts = ts
         q = tm.qualified_name

@@ -78,11 +78,11 @@ class BinlogStats:
         """Consume decode_files_batched output: a rows event's batch is counted at once."""
         add = self.add
         for item in items:
-            if type(item) is list or isinstance(item, list):
-                if item:
-                    first = item[0]
-                    self.rows_by_table[first.table.qualified_name][first.op] += len(item)
-                    self.rows_per_second[first.ts] += len(item)
+            if hasattr(item, "pairs"):  # a RowBatch: one rows event
+                n = len(item.pairs)
+                if n:
+                    self.rows_by_table[item.table.qualified_name][item.op] += n
+                    self.rows_per_second[item.ts] += n
             else:
                 add(item)
         return self

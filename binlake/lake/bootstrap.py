@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..binlog.api import sequence_number
-from ..binlog.records import RowChange
+from ..binlog.decoder import RowBatch
 from ..binlog.tablemap import Column, TableMap
 from ..schema.binlog_types import binlog_shape, collation_id
 from ..schema.ddl import parse_create_table
@@ -123,11 +123,10 @@ def read_chunk(uri: str, chunk: Chunk, batch_id: int) -> ChunkResult:
     finally:
         conn.close()
     tm = table_map_for(tdef, mariadb=True)
-    changes = [RowChange(file, pos, pos, 0, i, read_at, None, tm, "snapshot", None, list(r))
-               for i, r in enumerate(rows)]
     ipc = b""
-    if changes:
-        table = history_table([CommittedBatch(changes, read_at, sequence_number(file))], batch_id, ConversionStats())
+    if rows:
+        snapshot = RowBatch(file, pos, pos, 0, read_at, None, tm, "snapshot", [(None, list(r)) for r in rows])
+        table = history_table([CommittedBatch(snapshot, read_at, sequence_number(file))], batch_id, ConversionStats())
         sink = io.BytesIO()
         with pa.ipc.new_stream(sink, table.schema) as w:
             w.write_table(table)

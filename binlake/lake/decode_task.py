@@ -68,17 +68,17 @@ def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: i
     with open_binlog(path) as f:
         for item in decoder.decode_stream_batched(f, name):
             if type(item) is RowBatch:
-                if item:
+                if item.pairs:
                     pending.append(item)
                 continue
             rec: EventRecord = item
             if rec.kind == "commit":
                 for rows in pending:
-                    tm = rows[0].table
+                    tm = rows.table
                     key = id(tm)
                     maps[key] = tm
                     committed.setdefault(key, []).append(CommittedBatch(rows, rec.ts, file_seq))
-                    result.counts[(tm.qualified_name, rows[0].op)] += len(rows)
+                    result.counts[(tm.qualified_name, rows.op)] += len(rows.pairs)
                     latest[tm.qualified_name] = tm
                 pending = []
                 result.transactions += 1

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
-from ..binlog.records import RowChange
 from ..binlog.rows import ABSENT
 from ..binlog.tablemap import TableMap
 from .convert import ConversionStats, arrow_type, to_arrow
@@ -38,10 +38,10 @@ PARTITION_BY = ["_commit_date"]
 
 @dataclass
 class CommittedBatch:
-    """The rows of one rows event (one table, op, position) with the commit time of their transaction, which is
+    """The rows of one rows event (a decoder RowBatch) with the commit time of their transaction, which is
     known only once the transaction ended."""
 
-    rows: list[RowChange]
+    batch: Any  # binlake.binlog.decoder.RowBatch (or anything with its attributes)
     commit_ts: int
     file_seq: int
 
@@ -50,24 +50,24 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
     """History rows for rows events that share one TABLE_MAP layout (same table, same schema version)."""
     if not items:
         raise ValueError("no changes")
-    tm: TableMap = items[0].rows[0].table
+    tm: TableMap = items[0].batch.table
     names = tm.column_keys
     clash = META_NAMES.intersection(names)
     if clash:
         raise ValueError(f"{tm.qualified_name} has columns named like binlake's metadata: {sorted(clash)}")
     where = tm.qualified_name
-    changes = [c for item in items for c in item.rows]
-    n = len(changes)
-    images = [c.after if c.after is not None else c.before for c in changes]
+    pairs = [p for item in items for p in item.batch.pairs]
+    ops = [op for item in items for op in [item.batch.op] * len(item.batch.pairs)]
+    n = len(pairs)
+    images = [a if a is not None else b for b, a in pairs]
     by_column = list(zip(*images, strict=True)) if images else [()] * len(tm.columns)
     columns = {}
     for col in tm.columns:
         columns[col.key] = to_arrow(list(by_column[col.index]), col, f"{where}.{col.key}", stats)
     before_fields = [pa.field(col.key, arrow_type(col)) for col in tm.columns]
-    updates = [i for i, c in enumerate(changes) if c.op == "update"]
-    if updates:
-        befores = [c.before if c.op == "update" else None for c in changes]
+    if "update" in ops:
         filler = [None] * len(tm.columns)
+        befores = [b if op == "update" else None for (b, _a), op in zip(pairs, ops, strict=True)]
         by_before = list(zip(*[b if b is not None else filler for b in befores], strict=True))
         children = [to_arrow(list(by_before[col.index]), col, f"{where}.{col.key}", stats) for col in tm.columns]
         mask = pa.array([b is None for b in befores])
@@ -76,18 +76,18 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
         columns["_before"] = pa.nulls(n, pa.struct(before_fields))
     meta: dict[str, list] = {f.name: [] for f in META_FIELDS}
     for item in items:
-        first = item.rows[0]
-        k = len(item.rows)
+        b = item.batch
+        k = len(b.pairs)
         commit = datetime.fromtimestamp(item.commit_ts, tz=UTC)
-        meta["_op"] += [first.op] * k
-        meta["_binlog_file"] += [first.file] * k
+        meta["_op"] += [b.op] * k
+        meta["_binlog_file"] += [b.file] * k
         meta["_file_seq"] += [item.file_seq] * k
-        meta["_pos"] += [first.pos] * k
-        meta["_sub"] += [first.sub] * k
-        meta["_row"] += [c.row for c in item.rows]
-        meta["_txn_pos"] += [first.txn_pos if first.txn_pos is not None else first.pos] * k
+        meta["_pos"] += [b.pos] * k
+        meta["_sub"] += [b.sub] * k
+        meta["_row"] += range(k)
+        meta["_txn_pos"] += [b.txn_pos if b.txn_pos is not None else b.pos] * k
         meta["_commit_ts"] += [commit] * k
-        meta["_gtid"] += [first.gtid] * k
+        meta["_gtid"] += [b.gtid] * k
         meta["_commit_date"] += [commit.date()] * k
     meta["_schema_version"] = [tm.schema_version] * n
     meta["_batch_id"] = [batch_id] * n
@@ -100,8 +100,9 @@ def absent_columns(items: Sequence[CommittedBatch]) -> set[str]:
     """Columns missing from some row image (binlog_row_image=MINIMAL/NOBLOB): the current table cannot use them."""
     out: set[str] = set()
     for item in items:
-        for c in item.rows:
-            for img in (c.before, c.after):
+        cols = item.batch.table.columns
+        for pair in item.batch.pairs:
+            for img in pair:
                 if img is not None:
-                    out.update(col.key for col, v in zip(c.table.columns, img, strict=False) if v is ABSENT)
+                    out.update(col.key for col, v in zip(cols, img, strict=False) if v is ABSENT)
     return out
