@@ -19,6 +19,10 @@ from .convert import ConversionStats
 from .history import CommittedBatch, history_table
 
 
+class SchemaMissing(ValueError):
+    """Rows of a table no schema describes: ingesting them would mean guessing column names."""
+
+
 @dataclass
 class TableResult:
     """One table's share of a range: history rows (Arrow IPC, picklable) and its last TABLE_MAP."""
@@ -75,6 +79,11 @@ def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: i
             if rec.kind == "commit":
                 for rows in pending:
                     tm = rows.table
+                    if tm.columns and tm.columns[0].name is None:
+                        raise SchemaMissing(
+                            f"{name}:{rows.pos}: no schema names the columns of {tm.qualified_name} (the binlog has "
+                            "MINIMAL row metadata and neither a snapshot nor the files' DDL describe the table); "
+                            "take a DDL snapshot (binlake schema snapshot) and pass --schemas")
                     key = id(tm)
                     maps[key] = tm
                     committed.setdefault(key, []).append(CommittedBatch(rows, rec.ts, file_seq))

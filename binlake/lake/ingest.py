@@ -135,9 +135,13 @@ class _Registry:
 
     def commit(self, batch: int) -> None:
         rows = list(self.rows.values())
+        if not rows:
+            return
         data = pa.table({"table": [r["table"] for r in rows], "version": [r["version"] for r in rows],
                          "definition": [r["definition"] for r in rows], SEQ: [batch] * len(rows),
-                         DELETED: [False] * len(rows)})
+                         DELETED: [False] * len(rows)},
+                        schema=pa.schema([("table", pa.string()), ("version", pa.string()),
+                                          ("definition", pa.string()), (SEQ, pa.int64()), (DELETED, pa.bool_())]))
         self.engine.merge(self.path, data, ["table"], self.layout.app_id("tables"), batch)
 
 
