@@ -91,12 +91,27 @@ def test_ingest_batches_equal_select_and_reruns_are_noops(source, tmp_path) -> N
                    "CREATE TABLE audit (at INT, what VARCHAR(20))",  # no primary key: history only
                    "INSERT INTO audit VALUES (1, 'start')"])
     write(server, random_workload(rng, ids, 120))
+    # Multi-table transactions: one transaction touching two keyed tables and the keyless one.
+    write(server, ["CREATE TABLE order_lines (order_id INT, line INT, qty INT, PRIMARY KEY (order_id, line))"])
+    for t in range(5):
+        target = sorted(ids)[t]
+        write(server, ["START TRANSACTION",
+                       f"INSERT INTO order_lines VALUES ({target}, 1, {t}), ({target}, 2, {t + 1})",
+                       f"UPDATE orders SET note = 'has lines' WHERE id = {target}",
+                       f"INSERT INTO audit VALUES ({t}, 'lines')",
+                       f"UPDATE order_lines SET qty = qty * 10 WHERE order_id = {target} AND line = 2",
+                       "COMMIT"])
     files = [f for f in binlog_dir_files(server) if f >= str(server.binlog_dir / first_file)]
 
     opts = IngestOptions(lake=str(lake), files=files, databases={DB})
     first = run_ingest(opts)
     assert first.batch == 0
     assert normalize(lake_rows(lake, "orders")) == normalize(server_rows(server, "orders"))
+    lines = {(r["order_id"], r["line"]): r["qty"] for r in get_engine().read(
+        LakeLayout(str(lake)).current_path(DB, "order_lines")).to_pylist()}
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT order_id, line, qty FROM order_lines")
+        assert lines == {(o, ln): q for o, ln, q in cur.fetchall()}
     assert "ingest_db.audit" in first.history_only
     assert run_ingest(opts).batch is None  # nothing new: no batch at all
 
