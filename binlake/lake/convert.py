@@ -77,7 +77,13 @@ class ConversionStats(Counter):
 def to_arrow(values: list[Any], col: Column, where: str, stats: ConversionStats) -> pa.Array:
     """One column's values (ABSENT treated as null) as an Arrow array of the mapped type."""
     typ = arrow_type(col)
-    vals = [None if v is ABSENT else v for v in values] if values.count(ABSENT) else values
+    absent = values.count(ABSENT)
+    if absent:
+        # A partial row image (binlog_row_image=MINIMAL/NOBLOB): the column was not logged for these rows.
+        stats[f"absent:{where}"] += absent
+        vals = [None if v is ABSENT else v for v in values]
+    else:
+        vals = values
     t = col.type
     if t in (T.DATE, T.NEWDATE, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2):
         strings = pa.array(vals, pa.string())

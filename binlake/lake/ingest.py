@@ -186,6 +186,7 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
         if not last_tm.primary_key:
             summary.history_only.append(name)
             continue
+        _refuse_partial_images(name, summary.conversions)
         merges = _merge_current(engine, layout, registry, name, history, versions, batch)
         summary.committed[name]["current"] = merges
     registry.commit(batch)
@@ -207,6 +208,21 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
         summary.lag_seconds = max(0.0, time.time() - newest.timestamp())
     summary.seconds["total"] = time.perf_counter() - started
     return summary
+
+
+class PartialImages(ValueError):
+    """Row images without every column: merging them into a current table would invent values."""
+
+
+def _refuse_partial_images(table: str, conversions: dict) -> None:
+    """A current table needs full row images; the history keeps what the binlog has either way."""
+    partial = sorted(k for k in conversions if k.split(":", 1)[1].startswith(table + ".")
+                     and k.split(":", 1)[0] in ("absent", "json_patch"))
+    if partial:
+        raise PartialImages(
+            f"{table}: the binlog holds partial row images ({', '.join(partial)}); a current table needs "
+            "binlog_row_image=FULL (and no partial JSON updates: binlog_row_value_options='') on the server. "
+            "The history append of this batch is committed; the current table was not changed")
 
 
 def _collect(results: list[RangeResult], summary: RunSummary) -> dict[str, tuple[pa.Table, dict, object]]:

@@ -342,3 +342,19 @@ def test_rows_without_any_schema_are_refused(source, tmp_path) -> None:
     later = [str(f) for f in server.flush_logs()][-1:]
     with pytest.raises(SchemaMissing, match="nameless"):
         run_ingest(IngestOptions(lake=str(tmp_path / "lake"), files=later, databases={DB}))
+
+
+def test_partial_row_images_are_refused_for_current_tables(source, tmp_path) -> None:
+    """binlog_row_image=MINIMAL logs only changed columns: the history keeps them, the current table refuses."""
+    from binlake.lake.ingest import PartialImages
+
+    server = source
+    first_file = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE slim (id INT PRIMARY KEY, a INT, b INT)", "INSERT INTO slim VALUES (1, 1, 1)",
+                   "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE slim SET a = 2 WHERE id = 1"])
+    files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
+    with pytest.raises(PartialImages, match="binlog_row_image=FULL"):
+        run_ingest(IngestOptions(lake=str(tmp_path / "lake"), files=files, databases={DB},
+                                 tables=__import__("re").compile(r"\.slim$")))
+    history = get_engine().read(LakeLayout(str(tmp_path / "lake")).history_path(DB, "slim"))
+    assert sorted(history.column("_op").to_pylist()) == ["insert", "update"]
