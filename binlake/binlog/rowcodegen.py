@@ -17,7 +17,7 @@ from typing import Any
 from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .tablemap import Column, TableMap
-from .values import ValueError_, column_decoder, decimal_groups, guess_text
+from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text
 
 _gmtime = time.gmtime
 _ts_cache: dict[int, str] = {}
@@ -164,6 +164,16 @@ def _scaled(expr: str, mult: int, div: int) -> str:
     return f"{expr} // {div // mult}"
 
 
+def _frac_suffix(fsp: int, at: int, signed: bool) -> str:
+    """Code appending '.' and `fsp` fraction digits, read from the bytes after the `at` integer-part bytes."""
+    if not fsp:
+        return ""
+    nb, mult = _frac_reader(fsp)
+    frac = f"_from_bytes(buf[off + {at}:off + {at + nb}], 'big'{', signed=True' if signed else ''})"
+    scaled = _scaled(frac, mult, 10 ** (6 - fsp))
+    return f" + FRAC3[{scaled}]" if fsp == 3 else f" + '.%0{fsp}d' % ({scaled})"
+
+
 def _emit_column(g: _Gen, col: Column, v: str, ind: int) -> None:
     """Code that sets `v` from buf at off and advances off."""
     t = col.type
@@ -214,30 +224,13 @@ def _emit_column(g: _Gen, col: Column, v: str, ind: int) -> None:
         e(ind, "d = x >> 17")
         e(ind, "t = x & 0x1FFFF")
         base = "(_dates.get(d) or date_part(d)) + ' ' + (_times.get(t) or time_part(t))"
-        if fsp:
-            mult = {1: 10000, 2: 10000, 3: 100, 4: 100, 5: 1, 6: 1}[fsp]
-            frac = f"_from_bytes(buf[off + 5:off + {5 + nb}], 'big', signed=True)"
-            scaled = _scaled(frac, mult, 10 ** (6 - fsp))
-            if fsp == 3:
-                e(ind, f"{v} = {base} + FRAC3[{scaled}]")
-            else:
-                e(ind, f"{v} = {base} + '.%0{fsp}d' % ({scaled})")
-        else:
-            e(ind, f"{v} = {base}")
+        e(ind, f"{v} = {base}{_frac_suffix(fsp, 5, signed=True)}")
         e(ind, f"off += {5 + nb}")
     elif t == T.TIMESTAMP2:
         fsp = col.meta
         nb = (fsp + 1) // 2
         e(ind, "x = _from_bytes(buf[off:off + 4], 'big')")
-        if fsp:
-            mult = {1: 10000, 2: 10000, 3: 100, 4: 100, 5: 1, 6: 1}[fsp]
-            scaled = _scaled(f"_from_bytes(buf[off + 4:off + {4 + nb}], 'big')", mult, 10 ** (6 - fsp))
-            if fsp == 3:
-                e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)) + FRAC3[{scaled}]")
-            else:
-                e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)) + '.%0{fsp}d' % ({scaled})")
-        else:
-            e(ind, f"{v} = _stamps.get(x) or timestamp_base(x)")
+        e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)){_frac_suffix(fsp, 4, signed=False)}")
         e(ind, f"off += {4 + nb}")
     elif t in (T.VARCHAR, T.VAR_STRING, T.STRING) and not (t == T.STRING and col.collation == BINARY and col.meta):
         prefix = 1 if col.meta < 256 else 2
