@@ -126,6 +126,11 @@ class SnapshotStore:
 
     @classmethod
     def at(cls, location: str | Path, instance: str = "default") -> SnapshotStore:
+        """A store in a local directory, or on OSS for `oss://bucket/prefix` (endpoint and keys from OSS_*)."""
+        if str(location).startswith("oss://"):
+            from ..sources.oss_tree import OssTree
+
+            return cls(OssTree(str(location)), instance)
         return cls(LocalTree(location), instance)
 
     def _base(self) -> str:
@@ -190,24 +195,36 @@ def _safe_file(name: str) -> str:
 
 def load_sql_dir(path: str | Path) -> Snapshot:
     """A directory of `<db>.sql` files of CREATE TABLE statements: one snapshot valid from the start."""
-    from .ddl import Catalog, apply_ddl
-
     root = Path(path)
     files = sorted(root.glob("*.sql"))
     if not files:
         raise ValueError(f"--schemas {path}: no <db>.sql files and no snapshot store found there")
+    return _sql_snapshot([(str(f), f.stem, f.read_text(encoding="utf-8")) for f in files], root.name)
+
+
+def load_sql_tree(tree: FileTree, label: str) -> Snapshot:
+    """`load_sql_dir` for the top level of any FileTree (e.g. an OSS prefix)."""
+    names = [n for n in tree.list_files("") if n.endswith(".sql")]
+    if not names:
+        raise ValueError(f"--schemas {label}: no <db>.sql files and no snapshot store found there")
+    return _sql_snapshot([(f"{label}/{n}", n[:-4], tree.read_text(n)) for n in names], label.rstrip("/"))
+
+
+def _sql_snapshot(sources: list[tuple[str, str, str]], label: str) -> Snapshot:
+    """One snapshot from (origin, database, SQL text) triples of CREATE TABLE statements."""
+    from .ddl import Catalog, apply_ddl
+
     ddl: dict[str, str] = {}
-    for f in files:
-        db = f.stem
+    for origin, db, text in sources:
         catalog = Catalog()
-        for statement in split_statements(f.read_text(encoding="utf-8")):
+        for statement in split_statements(text):
             effect = apply_ddl(catalog, statement, db)
             if effect.kind == "unparsed":
-                raise ValueError(f"{f}: cannot parse {statement[:80]!r}: {effect.error}")
+                raise ValueError(f"{origin}: cannot parse {statement[:80]!r}: {effect.error}")
             if effect.kind == "create_table":
                 for qualified in effect.tables:
                     ddl[qualified] = statement
-    return Snapshot("1970-01-01T00:00:00Z", None, None, ddl, {}, {}, f"sql-dir:{root.name}")
+    return Snapshot("1970-01-01T00:00:00Z", None, None, ddl, {}, {}, f"sql-dir:{label}")
 
 
 def split_statements(text: str) -> list[str]:
@@ -249,7 +266,11 @@ def split_statements(text: str) -> list[str]:
 
 
 def open_schemas(location: str | Path, instance: str = "default") -> list[Snapshot]:
-    """Every snapshot at `location`: a snapshot store, or a plain directory of `<db>.sql` files."""
+    """Every snapshot at `location`: a snapshot store, or a plain directory of `<db>.sql` files (either may be
+    an `oss://bucket/prefix`)."""
+    if str(location).startswith("oss://"):
+        oss_store = SnapshotStore.at(str(location), instance)
+        return oss_store.all() if oss_store.names() else [load_sql_tree(oss_store.tree, str(location))]
     root = Path(location)
     store = SnapshotStore.at(root, instance)
     if (root / instance / "snapshots").is_dir():
