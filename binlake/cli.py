@@ -94,11 +94,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     files = order_files(args.files, args.sort)
     report = compute_stats(files, _options_from(args, files), top=args.top)
+    if args.html:
+        from .report.api import write_stats_html
+
+        print(f"binlake: wrote {write_stats_html(report, args.html)}", file=sys.stderr)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render_text(report))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report.api import write_lake_html
+
+    path = write_lake_html(args.lake, args.out, batch=args.batch, engine=args.engine, pipeline=args.pipeline)
+    print(f"binlake: wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -207,7 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decode_filters(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--top", type=int, default=10, help="how many largest/longest transactions to list")
+    p.add_argument("--html", metavar="OUT", help="also write the report as one self-contained HTML page with charts")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("report", help="HTML page with charts for a lake batch: volume, transactions/s, lag")
+    p.add_argument("--lake", required=True, help="lake root directory")
+    p.add_argument("--batch", type=int, help="batch id (default: every batch)")
+    p.add_argument("--out", required=True, help="HTML file to write")
+    p.add_argument("--engine", default=None)
+    p.add_argument("--pipeline", default="default")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("schema", help="DDL snapshots")
     schema_sub = p.add_subparsers(dest="schema_command", metavar="SUBCOMMAND", required=True)

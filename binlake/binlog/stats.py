@@ -36,26 +36,42 @@ class BinlogStats:
     top: int = 10
     rows_by_table: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     rows_per_second: Counter = field(default_factory=Counter)
+    table_seconds: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    commits_per_second: Counter = field(default_factory=Counter)
+    delay_max: Counter = field(default_factory=Counter)
+    delay_sum: Counter = field(default_factory=Counter)
     transactions: int = 0
     statements: int = 0
     ddl: int = 0
     _largest: list = field(default_factory=list)
     _longest: list = field(default_factory=list)
     _seq: int = 0
+    _open_first_ts: int | None = None  # earliest row event time of the transaction being read
 
     def add(self, r: RowChange | EventRecord) -> None:
         if type(r) is RowChange:
             self.rows_by_table[r.table.qualified_name][r.op] += 1
             self.rows_per_second[r.ts] += 1
+            self.table_seconds[r.table.qualified_name][r.ts] += 1
+            if self._open_first_ts is None or r.ts < self._open_first_ts:
+                self._open_first_ts = r.ts
             return
         if r.kind == "commit":
             s = r.info.get("summary")
             if s is None:
                 return
             self.transactions += 1
-            t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, s.rows, s.bytes, s.first_ts,
+            # MariaDB (and MySQL) write the GTID event at commit, with the commit time: the transaction began no
+            # later than its earliest row event.
+            first = s.first_ts if self._open_first_ts is None else min(s.first_ts, self._open_first_ts)
+            self._open_first_ts = None
+            t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, s.rows, s.bytes, first,
                         s.last_ts)
             self._seq += 1
+            self.commits_per_second[t.last_ts] += 1
+            if t.duration > self.delay_max[t.last_ts]:
+                self.delay_max[t.last_ts] = t.duration
+            self.delay_sum[t.last_ts] += t.duration
             self._push(self._largest, (t.rows, t.bytes, -self._seq, t))
             self._push(self._longest, (t.duration, t.rows, -self._seq, t))
         elif r.kind == "statement":
@@ -83,6 +99,9 @@ class BinlogStats:
                 if n:
                     self.rows_by_table[item.table.qualified_name][item.op] += n
                     self.rows_per_second[item.ts] += n
+                    self.table_seconds[item.table.qualified_name][item.ts] += n
+                    if self._open_first_ts is None or item.ts < self._open_first_ts:
+                        self._open_first_ts = item.ts
             else:
                 add(item)
         return self
@@ -112,6 +131,41 @@ def timeline(per_second: dict[int, int], buckets: int = 60) -> list[tuple[int, i
     return [(ts, span, out[ts]) for ts in sorted(out)]
 
 
+def time_series(stats: BinlogStats, buckets: int = 60) -> dict[str, Any]:
+    """Per-table rows, commits and commit delay on one grid of equal time buckets (for charts).
+
+    The commit delay of a transaction is the time from its first event to its commit event (the server's
+    timestamps); per bucket of commit time the maximum and the mean are given.
+    """
+    seconds = set(stats.rows_per_second) | set(stats.commits_per_second)
+    if not seconds:
+        return {"start": None, "start_epoch": None, "span_s": 1, "buckets": 0, "tables": {}, "transactions": [],
+                "commit_delay_max_s": [], "commit_delay_mean_s": []}
+    lo, hi = min(seconds), max(seconds)
+    span = max(1, -(-(hi - lo + 1) // buckets))
+    n = (hi - lo) // span + 1
+
+    def bucketed(per_second: dict[int, int], combine=lambda a, b: a + b) -> list[int]:
+        out = [0] * n
+        for ts, v in per_second.items():
+            i = (ts - lo) // span
+            out[i] = combine(out[i], v)
+        return out
+
+    commits = bucketed(stats.commits_per_second)
+    delay_sum = bucketed(stats.delay_sum)
+    return {
+        "start": format_ts(lo),
+        "start_epoch": lo,
+        "span_s": span,
+        "buckets": n,
+        "tables": {t: bucketed(c) for t, c in sorted(stats.table_seconds.items())},
+        "transactions": commits,
+        "commit_delay_max_s": bucketed(stats.delay_max, max),
+        "commit_delay_mean_s": [round(s / c, 3) if c else 0 for s, c in zip(delay_sum, commits, strict=True)],
+    }
+
+
 def stats_report(stats: BinlogStats, decoder_results: list, event_counts: Counter, events_per_second: dict[int, int],
                  elapsed: float, size_bytes: int) -> dict[str, Any]:
     rows_tl = {ts: n for ts, _, n in timeline(stats.rows_per_second)}
@@ -133,6 +187,7 @@ def stats_report(stats: BinlogStats, decoder_results: list, event_counts: Counte
         "events_over_time": [{"start": format_ts(ts), "seconds": s, "events": n}
                              for ts, s, n in timeline(events_per_second)],
         "rows_over_time": [{"start": format_ts(ts), "rows": n} for ts, n in sorted(rows_tl.items())],
+        "series": time_series(stats),
         "decode_seconds": round(elapsed, 3),
         "bytes": size_bytes,
         "rows_per_second": round(stats.total_rows / elapsed) if elapsed > 0 else None,
