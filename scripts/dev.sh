@@ -25,6 +25,7 @@ setup_system() {
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || pkgs+=(mariadb-server mariadb-client)
   command -v mariadb-binlog >/dev/null 2>&1 || pkgs+=(mariadb-client)
   command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+  command -v chromium >/dev/null 2>&1 || pkgs+=(chromium)  # headless: the tests render the HTML reports
   if [ ${#pkgs[@]} -gt 0 ]; then apt_install "${pkgs[@]}"; fi
 }
 
