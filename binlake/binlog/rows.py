@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .charsets import decode_text
+from .columnar import EventPlan, decode_event
 from .constants import ColumnType as T
 from .constants import EventType, RowsKind, TableMapMeta
 from .events import maria_uncompress
@@ -17,6 +18,7 @@ from .tablemap import CHARACTER_TYPES, NUMERIC_TYPES, Column, TableMap
 from .values import ValueError_, column_decoder, string_real_type
 
 U16 = struct.Struct("<H")
+COLUMNAR = True  # decode whole events column by column (columnar.py); False: row by row (rowcodegen.py)
 
 
 class _Absent:
@@ -314,6 +316,16 @@ class RowImageDecoder:
         self._plans: dict[int, Any] = {}
         self.json_indexes = [c.index for c in table.columns if c.type == T.JSON]
         self._structured: list | None = None
+        self._event_plans: dict[int, EventPlan | None] = {}
+
+    def event_plan(self, present: int) -> EventPlan | None:
+        """The column-at-a-time plan for this columns-present bitmap (None: no column is present)."""
+        try:
+            return self._event_plans[present]
+        except KeyError:
+            plan = EventPlan(self.table, present) if present & ((1 << self.ncols) - 1) else None
+            self._event_plans[present] = plan
+            return plan
 
     def plan(self, present: int, version: int = 2):
         """The compiled image decoder for this columns-present bitmap (see rowcodegen)."""
@@ -379,6 +391,10 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple[list | None, 
     if ev.partial:
         return list(_iter_partial(ev, dec))
     kind = ev.kind
+    if ev.version and (kind != RowsKind.UPDATE or ev.present_after == ev.present) and COLUMNAR:
+        plan = dec.event_plan(ev.present)
+        if plan is not None:
+            return decode_event(plan, buf, off, end, kind)
     image = dec.plan(ev.present, ev.version)
     out = []
     append = out.append

@@ -1,0 +1,435 @@
+"""Column-at-a-time decoding of a whole rows event: the decoder's fast path.
+
+One Python pass walks the row images only to find their NULL bitmaps and variable lengths; from that walk one
+struct format covering every image of the event is built and unpacked in a single call. Each column's raw
+fields are then turned into values a whole column at a time with C-level `map` over caches keyed by the raw
+bytes (DECIMAL, temporal types) or over codecs (text), so most values never cost a Python-level call.
+
+The values are exactly those of the row-at-a-time decoders (rowcodegen, values): the same formatting
+functions fill the caches. A NULL column is unpacked as empty placeholder fields ("0s") so that every image
+of an event has the same number of fields and columns are plain strided slices of the unpacked tuple.
+Events this module does not plan (pre-GA v0 images, PARTIAL_UPDATE_ROWS, updates whose two images list
+different columns) stay on the row-at-a-time path.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from itertools import repeat
+from operator import add, getitem
+from typing import Any
+
+from .charsets import BINARY, codec_of, decoder_for
+from .constants import ColumnType as T
+from .constants import RowsKind
+from .packing import BodyError
+from .rowcodegen import FRAC3, date_part, make_fast_decimal, time_part, timestamp_base
+from .tablemap import Column, TableMap
+from .values import ValueError_, _frac_reader, column_decoder, decimal_size, guess_text
+
+CACHE_LIMIT = 65_536
+_unpack_from = struct.unpack_from
+
+
+class RawCache(dict):
+    """raw field -> decoded value, computed by `fn` on a miss; emptied when it reaches CACHE_LIMIT entries.
+
+    Looked up with `map(cache.__getitem__, raws)`: hits never leave C."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key: Any) -> Any:
+        value = self.fn(key)
+        if len(self) >= CACHE_LIMIT:
+            self.clear()
+        self[key] = value
+        return value
+
+
+# Caches shared by every table: the same DECIMAL(p,s) or fsp reads the same bytes the same way.
+_shared: dict[tuple, RawCache] = {}
+
+
+def _shared_cache(key: tuple, fn: Callable[[Any], Any]) -> RawCache:
+    cache = _shared.get(key)
+    if cache is None:
+        cache = _shared[key] = RawCache(fn)
+    return cache
+
+
+def _date_text(k3: bytes) -> str:
+    """'YYYY-MM-DD ' from DATETIME2's first three bytes (sign, year*13+month, day, the hour's top bit)."""
+    return date_part((int.from_bytes(k3, "big") - 0x800000) >> 1) + " "
+
+
+def _time_table(hour_top: int) -> RawCache:
+    """'HH:MM:SS' from DATETIME2's last two bytes read as a little-endian 16-bit key, for one hour top bit."""
+
+    def text(key: int) -> str:
+        return time_part(hour_top << 16 | (key & 0xFF) << 8 | key >> 8)
+
+    return _shared_cache(("time", hour_top), text)
+
+
+_TIME_TABLES = (_time_table(0), _time_table(1))
+_DATES = _shared_cache(("date",), _date_text)
+_HOUR_TOP = _shared_cache(("hour_top",), lambda k3: _TIME_TABLES[k3[2] & 1])
+_STAMPS = _shared_cache(("stamp",), lambda k4: timestamp_base(int.from_bytes(k4, "big")))
+
+
+def _frac_cache(fsp: int, signed: bool) -> RawCache:
+    """'.fff' text of a fractional-seconds field, as the generated decoders format it."""
+    _nb, mult = _frac_reader(fsp)
+    div = 10 ** (6 - fsp)
+
+    def text(raw: bytes) -> str:
+        v = int.from_bytes(raw, "big", signed=signed) * mult // div
+        return FRAC3[v] if fsp == 3 else "." + "%0*d" % (fsp, v)
+
+    return _shared_cache(("frac", fsp, signed), text)
+
+
+class _Col:
+    """How one present column is unpacked and converted.
+
+    `codes`: struct codes of its fixed fields, or None for a length-prefixed value (`prefix` bytes of length).
+    `vec(fields)`: the values of a whole column with no NULLs (fields: one sequence per struct field).
+    `one(*field values)`: the value of one image (used where a column is NULL in some images only)."""
+
+    __slots__ = ("bit", "codes", "index", "nfields", "one", "prefix", "vec")
+
+    def __init__(self, index: int, bit: int, codes: list[str] | None, prefix: int, vec, one) -> None:
+        self.index = index
+        self.bit = bit
+        self.codes = codes
+        self.prefix = prefix
+        self.nfields = len(codes) if codes is not None else 1
+        self.vec = vec
+        self.one = one
+
+
+def _first(fields):
+    return fields[0]
+
+
+def _same(v):
+    return v
+
+
+def _mapped(fn) -> tuple[Callable, Callable]:
+    return (lambda fields: list(map(fn, fields[0]))), fn
+
+
+_INT_CODES = {T.TINY: "bB", T.SHORT: "hH", T.LONG: "iI", T.LONGLONG: "qQ"}
+_YEARS = [0, *range(1901, 2156)]
+
+
+def _var_prefix(col: Column) -> int:
+    t = col.type
+    if t in (T.VARCHAR, T.VAR_STRING, T.STRING):
+        return 1 if col.meta < 256 else 2
+    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
+        return col.meta
+    return col.meta or 4  # JSON, GEOMETRY, VECTOR
+
+
+def _text_fn(col: Column):
+    """bytes -> value for a character column, as rowcodegen decodes it (None: keep the bytes)."""
+    if col.collation == BINARY:
+        return None
+    decode = decoder_for(col.collation)
+    if decode is None:
+        return guess_text
+    if codec_of(col.collation) == "utf-8":
+        return bytes.decode
+    return decode
+
+
+def _fixed_size(col: Column) -> int | None:
+    """Bytes of a fixed-width column that only the reference decoder handles (None: not fixed width)."""
+    t, m = col.type, col.meta
+    if t in (T.INT24, T.DATE, T.NEWDATE, T.TIME):
+        return 3
+    if t == T.DATETIME:
+        return 8
+    if t == T.TIMESTAMP:
+        return 4
+    if t == T.TIME2:
+        return 3 + (m + 1) // 2
+    if t == T.BIT:
+        return (m >> 8) + (1 if m & 0xFF else 0)
+    if t in (T.ENUM, T.SET):
+        return m
+    return None
+
+
+def plan_column(col: Column, bit: int) -> _Col:
+    """The unpacking and conversion of one column (raises ValueError_ on impossible metadata)."""
+    t = col.type
+    column_decoder(col)  # the reference decoder validates the metadata
+    if t in _INT_CODES:
+        return _Col(col.index, bit, [_INT_CODES[t][col.signed is False]], 0, _first, _same)
+    if t == T.FLOAT:
+        return _Col(col.index, bit, ["f"], 0, _first, _same)
+    if t == T.DOUBLE:
+        return _Col(col.index, bit, ["d"], 0, _first, _same)
+    if t == T.YEAR:
+        vec, one = _mapped(_YEARS.__getitem__)
+        return _Col(col.index, bit, ["B"], 0, vec, one)
+    if t == T.NEWDECIMAL:
+        size = decimal_size(col.precision, col.scale)
+        cache = _shared_cache(("decimal", col.precision, col.scale), make_fast_decimal(col.precision, col.scale))
+        vec, one = _mapped(cache.__getitem__)
+        return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+    if t == T.DATETIME2:
+        fsp = col.meta
+        nb = (fsp + 1) // 2
+        dates, tops = _DATES.__getitem__, _HOUR_TOP.__getitem__
+        if fsp:
+            fracs = _frac_cache(fsp, signed=True).__getitem__
+
+            def vec(f):
+                return list(map(add, map(add, map(dates, f[0]), map(getitem, map(tops, f[0]), f[1])), map(fracs, f[2])))
+
+            def one(a, b, c):
+                return dates(a) + tops(a)[b] + fracs(c)
+
+            return _Col(col.index, bit, ["3s", "H", f"{nb}s"], 0, vec, one)
+
+        def vec0(f):
+            return list(map(add, map(dates, f[0]), map(getitem, map(tops, f[0]), f[1])))
+
+        def one0(a, b):
+            return dates(a) + tops(a)[b]
+
+        return _Col(col.index, bit, ["3s", "H"], 0, vec0, one0)
+    if t == T.TIMESTAMP2:
+        fsp = col.meta
+        nb = (fsp + 1) // 2
+        stamps = _STAMPS.__getitem__
+        if fsp:
+            fracs = _frac_cache(fsp, signed=False).__getitem__
+
+            def tvec(f):
+                return list(map(add, map(stamps, f[0]), map(fracs, f[1])))
+
+            def tone(a, b):
+                return stamps(a) + fracs(b)
+
+            return _Col(col.index, bit, ["4s", f"{nb}s"], 0, tvec, tone)
+        vec, one = _mapped(stamps)
+        return _Col(col.index, bit, ["4s"], 0, vec, one)
+    if t == T.ENUM and col.enum_labels is not None and col.meta == 1:
+        labels = ("", *col.enum_labels)
+
+        def label(i: int) -> str:
+            if i >= len(labels):
+                raise ValueError_(f"ENUM index {i} beyond its {len(labels) - 1} labels")
+            return labels[i]
+
+        cache = RawCache(label)
+        vec, one = _mapped(cache.__getitem__)
+        return _Col(col.index, bit, ["B"], 0, vec, one)
+    var = t in (T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB) or (
+        t == T.STRING and not (col.collation == BINARY and col.meta))
+    if var:
+        fn = _text_fn(col)
+        if fn is None:
+            return _Col(col.index, bit, None, _var_prefix(col), _first, _same)
+        vec, one = _mapped(fn)
+        return _Col(col.index, bit, None, _var_prefix(col), vec, one)
+    if t == T.STRING:
+        # BINARY(n): the server strips trailing zero bytes in row images; SELECT returns them padded.
+        width = col.meta
+        vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
+        return _Col(col.index, bit, None, 1 if width < 256 else 2, vec, one)
+    if t == T.JSON:
+        from .jsonb import decode_jsonb_text
+
+        vec, one = _mapped(decode_jsonb_text)
+        return _Col(col.index, bit, None, _var_prefix(col), vec, one)
+    if t in (T.GEOMETRY, T.VECTOR):
+        return _Col(col.index, bit, None, _var_prefix(col), _first, _same)
+    reference = column_decoder(col)
+    size = _fixed_size(col)
+    if size is None:
+        raise ValueError_(f"column type {t} cannot be decoded")
+    cache = RawCache(lambda raw: reference(raw, 0)[0])
+    vec, one = _mapped(cache.__getitem__)
+    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+
+
+class _Layout:
+    """The images of one NULL pattern: fixed size, and where the length prefixes of variable values sit.
+
+    `var_at`: -1 when the images have no variable value (`fmt` is their format); for one value with a 1- or
+    2-byte length prefix, the prefix's offset in the image (plus 0x10000 for a 2-byte prefix), `pieces[n]`
+    being the image's format when the value has n bytes; -2 otherwise (`segments` and `tail` describe it)."""
+
+    __slots__ = ("fmt", "pieces", "segments", "size", "tail", "var_at")
+
+    def __init__(self, nb: int, cols: list[_Col], nulls: int) -> None:
+        parts: list[str] = [f"{nb}x"] if nb else []
+        # (bytes from the previous variable value's end to this one's length prefix, prefix width, codes so far)
+        segments: list[tuple[int, int, str]] = []
+        size = nb
+        since = nb
+        for c in cols:
+            if nulls & c.bit:
+                parts.append("0s" * c.nfields)
+            elif c.codes is None:
+                parts.append(f"{c.prefix}x")
+                segments.append((since, c.prefix, "".join(parts)))
+                parts = []
+                size += c.prefix
+                since = 0
+            else:
+                codes = "".join(c.codes)
+                parts.append(codes)
+                n = struct.calcsize("<" + codes)
+                size += n
+                since += n
+        tail = "".join(parts)
+        self.size = size
+        self.tail = tail
+        self.segments = tuple(segments)
+        self.fmt = tail
+        self.pieces = None
+        if not segments:
+            self.var_at = -1
+        elif len(segments) == 1 and segments[0][1] in (1, 2):
+            at, prefix, head = segments[0]
+            self.var_at = at if prefix == 1 else at + 0x10000
+            self.pieces = RawCache(lambda n: f"{head}{n}s{tail}")
+        else:
+            self.var_at = -2
+
+
+class EventPlan:
+    """Column-at-a-time decoding of the images of one table map with one columns-present bitmap."""
+
+    def __init__(self, table: TableMap, present: int) -> None:
+        cols = [c for c in table.columns if present >> c.index & 1]
+        self.ncols = len(table.columns)
+        self.nb = (len(cols) + 7) // 8
+        self.cols = [plan_column(c, 1 << i) for i, c in enumerate(cols)]
+        self.nfields = sum(c.nfields for c in self.cols)
+        self.absent = [i for i in range(self.ncols) if not present >> i & 1]
+        self.layouts: dict[int, _Layout] = {}
+
+    def layout(self, nulls: int) -> _Layout:
+        lay = self.layouts.get(nulls)
+        if lay is None:
+            if len(self.layouts) >= 4096:
+                self.layouts.clear()
+            lay = self.layouts[nulls] = _Layout(self.nb, self.cols, nulls)
+        return lay
+
+    def walk(self, buf, off: int, end: int) -> tuple[list[int], str]:
+        """The NULL bitmap of every image from off to end and one struct format for all of them."""
+        nb = self.nb
+        get = self.layouts.get
+        make = self.layout
+        nulls_list: list[int] = []
+        add_nulls = nulls_list.append
+        fmts: list[str] = ["<"]
+        add_fmt = fmts.append
+        while off < end:
+            if nb == 1:
+                nulls = buf[off]
+            elif nb == 2:
+                nulls = buf[off] | buf[off + 1] << 8
+            else:
+                nulls = int.from_bytes(buf[off : off + nb], "little")
+            add_nulls(nulls)
+            lay = get(nulls) or make(nulls)
+            at = lay.var_at
+            if at == -1:
+                add_fmt(lay.fmt)
+                off += lay.size
+            elif at >= 0x10000:
+                p = off + at - 0x10000
+                n = buf[p] | buf[p + 1] << 8
+                add_fmt(lay.pieces[n])
+                off += lay.size + n
+            elif at >= 0:
+                n = buf[off + at]
+                add_fmt(lay.pieces[n])
+                off += lay.size + n
+            else:
+                off = self._walk_general(buf, off, lay, add_fmt)
+        if off > end:
+            raise BodyError("row image runs past the end of the event")
+        return nulls_list, "".join(fmts)
+
+    @staticmethod
+    def _walk_general(buf, off: int, lay: _Layout, add_fmt) -> int:
+        """One image with several variable-length values (or 3/4-byte length prefixes); returns its end."""
+        parts = []
+        total = 0
+        p = off
+        for since, prefix, head in lay.segments:
+            p += since
+            n = int.from_bytes(buf[p : p + prefix], "little")
+            parts.append(f"{head}{n}s")
+            p += prefix + n
+            total += n
+        parts.append(lay.tail)
+        add_fmt("".join(parts))
+        return off + lay.size + total
+
+    def images(self, flat: tuple, nulls_list: list[int], start: int, step: int) -> list[list]:
+        """Rows (value lists in table column order) of images start, start+step, ... of the event."""
+        nf = self.nfields
+        stride = nf * step
+        nulls = nulls_list[start::step] if step > 1 else nulls_list
+        n = len(nulls)
+        patterns = set(nulls)
+        some_null = 0
+        all_null = -1
+        for p in patterns:
+            some_null |= p
+            all_null &= p
+        out: list = [None] * self.ncols
+        i = start * nf
+        for c in self.cols:
+            k = c.nfields
+            bit = c.bit
+            if all_null & bit:
+                out[c.index] = repeat(None, n)
+            elif some_null & bit:
+                one = c.one
+                if k == 1:
+                    vals = flat[i::stride]
+                    out[c.index] = [None if m & bit else one(v) for m, v in zip(nulls, vals, strict=True)]
+                else:
+                    fields = [flat[i + j::stride] for j in range(k)]
+                    out[c.index] = [None if m & bit else one(*v) for m, *v in zip(nulls, *fields, strict=True)]
+            else:
+                out[c.index] = c.vec([flat[i + j::stride] for j in range(k)])
+            i += k
+        if self.absent:
+            from .rows import ABSENT
+
+            for a in self.absent:
+                out[a] = repeat(ABSENT, n)
+        return list(map(list, zip(*out, strict=False)))  # repeat() columns are endless
+
+
+def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> list[tuple]:
+    """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images)."""
+    nulls, fmt = plan.walk(buf, off, end)
+    flat = _unpack_from(fmt, buf, off)
+    if kind == RowsKind.UPDATE:
+        if len(nulls) % 2:
+            raise BodyError("the last updated row has no after image")
+        return list(zip(plan.images(flat, nulls, 0, 2), plan.images(flat, nulls, 1, 2), strict=True))
+    rows = plan.images(flat, nulls, 0, 1)
+    if kind == RowsKind.WRITE:
+        return list(zip(repeat(None), rows))
+    return list(zip(rows, repeat(None)))
