@@ -233,10 +233,15 @@ class _Handler(BaseHTTPRequestHandler):
         except SignatureError as e:
             extra = {"StringToSign": e.string_to_sign, "OSSAccessKeyId": e.access_key_id} if e.string_to_sign else {}
             self._error(OssError(403 if e.code == "SignatureDoesNotMatch" else 400, e.code, e.message, **extra))
-        finally:
-            with self.oss.lock:
-                self.oss.requests.append(RequestRecord(method, self.bucket, self.key, self.auth_version,
-                                                       self.status, self.lower_headers.get("range", "")))
+        except Exception as e:  # a server bug: answer like OSS would rather than dropping the connection
+            self._error(OssError(500, "InternalError", f"{type(e).__name__}: {e}"))
+
+    def _record(self, status: int) -> None:
+        """Log the request before its response goes out, so a client that got the answer sees the record."""
+        self.status = status
+        with self.oss.lock:
+            self.oss.requests.append(RequestRecord(self.command, self.bucket, self.key, self.auth_version, status,
+                                                   self.lower_headers.get("range", "")))
 
     def _read_body(self) -> bytes:
         if self.lower_headers.get("transfer-encoding", "").lower() == "chunked":
@@ -289,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # responses
     def _send(self, status: int, headers: dict[str, str], body: bytes = b"", head: bool = False) -> None:
-        self.status = status
+        self._record(status)
         self.send_response(status)
         self.send_header("x-oss-request-id", self.request_id)
         self.send_header("Date", formatdate(usegmt=True))
@@ -358,7 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
             i = min(fault.after, len(data) - 1)
             data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
         if fault is not None and fault.kind == "drop":
-            self.status = status
+            self._record(status)
             self.send_response(status)
             self.send_header("x-oss-request-id", self.request_id)
             for k, v in headers.items():
