@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from decimal import Decimal
 from itertools import repeat
 from operator import add, getitem
 from typing import Any
@@ -24,9 +25,9 @@ from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .constants import RowsKind
 from .packing import BodyError
-from .rowcodegen import FRAC3, date_part, make_fast_decimal, time_part, timestamp_base
+from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, time_part, timestamp_base
 from .tablemap import Column, TableMap
-from .values import ValueError_, _frac_reader, column_decoder, decimal_size, guess_text
+from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text
 
 CACHE_LIMIT = 65_536
 _unpack_from = struct.unpack_from
@@ -182,10 +183,7 @@ def plan_column(col: Column, bit: int) -> _Col:
         vec, one = _mapped(_YEARS.__getitem__)
         return _Col(col.index, bit, ["B"], 0, vec, one)
     if t == T.NEWDECIMAL:
-        size = decimal_size(col.precision, col.scale)
-        cache = _shared_cache(("decimal", col.precision, col.scale), make_fast_decimal(col.precision, col.scale))
-        vec, one = _mapped(cache.__getitem__)
-        return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+        return _decimal_column(col, bit)
     if t == T.DATETIME2:
         fsp = col.meta
         nb = (fsp + 1) // 2
@@ -262,6 +260,67 @@ def plan_column(col: Column, bit: int) -> _Col:
     cache = RawCache(lambda raw: reference(raw, 0)[0])
     vec, one = _mapped(cache.__getitem__)
     return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+
+
+def _decimal_column(col: Column, bit: int) -> _Col:
+    """DECIMAL(p,s) as two cached halves added exactly: the integer digits and the fraction digits.
+
+    Integer parts and fractions each repeat far more often than whole values (prices, amounts), so the two
+    caches keep hitting where one cache of whole values would keep missing. The sign bit is in the integer
+    part's first byte; a negative number has every bit inverted, so the fraction cache is chosen by it."""
+    p, s = col.precision, col.scale
+    whole = _shared_cache(("decimal", p, s), make_fast_decimal(p, s))
+    groups, n_int, size = decimal_groups(p, s)
+    int_bytes = sum(nb for nb, _ in groups[:n_int])
+    if not int_bytes or int_bytes == size:
+        vec, one = _mapped(whole.__getitem__)
+        return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+    int_groups, frac_groups = groups[:n_int], groups[n_int:]
+    sign_bit = 0x80 << 8 * (int_bytes - 1)
+    int_mask = (1 << 8 * int_bytes) - 1
+    frac_mask = (1 << 8 * (size - int_bytes)) - 1
+
+    def digits(x: int, parts: list[tuple[int, int]], nbytes: int) -> int:
+        value = 0
+        shift = 8 * nbytes
+        for nb, nd in parts:
+            shift -= 8 * nb
+            g = (x >> shift) & ((1 << 8 * nb) - 1)
+            if g >= 10**nd:
+                raise ValueError_("DECIMAL digit group out of range")
+            value = value * 10**nd + g
+        return value
+
+    def int_part(raw: bytes) -> Decimal:
+        x = int.from_bytes(raw, "big")
+        negative = not x & sign_bit
+        x ^= int_mask ^ sign_bit if negative else sign_bit
+        v = digits(x, int_groups, int_bytes)
+        return Decimal(-v if negative else v)
+
+    def frac_part(negative: bool):
+        def text(raw: bytes) -> Decimal:
+            x = int.from_bytes(raw, "big")
+            if negative:
+                x ^= frac_mask
+            v = digits(x, frac_groups, size - int_bytes)
+            return Decimal(-v if negative else v).scaleb(-s, _DECIMAL_CONTEXT)
+
+        return _shared_cache(("decimal-frac", p, s, negative), text)
+
+    ints = _shared_cache(("decimal-int", p, s), int_part)
+    fracs = (frac_part(False), frac_part(True))
+    fracs_for = _shared_cache(("decimal-sign", p, s), lambda raw: fracs[not raw[0] & 0x80])
+    add_exact = _DECIMAL_CONTEXT.add
+    ints_get, fracs_get = ints.__getitem__, fracs_for.__getitem__
+
+    def vec(f):
+        return list(map(add_exact, map(ints_get, f[0]), map(getitem, map(fracs_get, f[0]), f[1])))
+
+    def one(a, b):
+        return add_exact(ints_get(a), fracs_get(a)[b])
+
+    return _Col(col.index, bit, [f"{int_bytes}s", f"{size - int_bytes}s"], 0, vec, one)
 
 
 class _Layout:
