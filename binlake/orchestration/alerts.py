@@ -1,0 +1,53 @@
+"""Alert contents for the orchestrated pipeline: task failures, gate failures and lag beyond the SLA.
+
+Every alert names the instance, the table (when one is known), the interval and the reason. Delivery is the
+Airflow notifiers' job (plugins/binlake_airflow/notifiers.py): a log line always, the webhook and email when
+configured. `post_json` is the webhook call they use.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KINDS = ("task_failed", "dq_gate_failed", "lag_beyond_sla")
+
+
+@dataclass
+class PipelineAlert:
+    kind: str  # one of KINDS
+    instance: str | None
+    interval: tuple[str | None, str | None]  # UTC ISO times [start, end)
+    reason: str
+    table: str | None = None
+    dag_id: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    try_number: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        where = f"instance {self.instance or '?'}" + (f", table {self.table}" if self.table else "")
+        return f"binlake {self.kind.replace('_', ' ')}: {where}, interval {self.interval[0]} .. {self.interval[1]}: " \
+            f"{self.reason}"
+
+    def payload(self) -> dict[str, Any]:
+        return {"event": f"binlake.{self.kind}", "summary": self.summary, **asdict(self)}
+
+
+def lag_alert(instance: str, interval: tuple[str | None, str | None], lag_seconds: float, sla_minutes: int,
+              newest: str | None, **context: Any) -> PipelineAlert:
+    return PipelineAlert("lag_beyond_sla", instance, interval,
+                         f"the lake is {lag_seconds / 60:.0f} min behind the interval end (newest change {newest}); "
+                         f"the SLA is {sla_minutes} min", details={"lag_seconds": lag_seconds}, **context)
+
+
+def post_json(url: str, payload: dict[str, Any], timeout: float) -> int:
+    """POST the payload as JSON; returns the HTTP status (raises on connection errors and HTTP errors)."""
+    body = json.dumps(payload, default=str).encode()
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status

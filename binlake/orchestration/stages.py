@@ -1,0 +1,112 @@
+"""The lake stages of one instance's run, over the deployment config: prepare (decode + history), the gate before
+merge, merge, the gate after merge, publish. Each calls `binlake.lake.pipeline` and returns JSON-safe data.
+
+These touch Delta and Arrow, so the Airflow tasks run them in a child process (`jobs.py`), never in the task
+process itself (delta-rs can abort a process at exit, which Airflow would take for a failure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import DeploymentConfig
+from .service import OrchestrationError, landed_files
+
+STAGES = ("prepare", "gate_before", "merge", "gate_after", "publish")
+
+
+def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
+    """IngestOptions for one instance and lineage: every landed file (only what is not complete gets read)."""
+    from ..lake.ingest import IngestOptions
+
+    inst = cfg.instance(instance)
+    schemas = cfg.schemas if (Path(cfg.schemas) / instance).is_dir() else None
+    opts = IngestOptions(lake=cfg.lake, files=landed_files(cfg, instance, lineage), schemas=schemas,
+                         instance=instance, lineage=lineage, engine=cfg.engine, pipeline=cfg.pipeline,
+                         tables=inst.table_regex, split_bytes=cfg.split_mb << 20)
+    if "quality" in {f.name for f in dataclasses.fields(IngestOptions)}:
+        opts.quality = quality_options(cfg)
+    return opts
+
+
+def quality_options(cfg: DeploymentConfig):
+    """The gates' settings. Their own alert channel stays log-only: under Airflow the failing task's notifiers
+    deliver the alert (webhook, email) with instance, table and interval, once."""
+    from ..quality.config import QualityConfig
+
+    q = cfg.quality
+    return QualityConfig(enabled=q.enabled, expectations=q.expectations,
+                         max_lag_seconds=q.freshness_lag_minutes * 60 if q.freshness_lag_minutes else None)
+
+
+def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str, batch: int | None = None,
+              executor: Callable | None = None) -> dict[str, Any]:
+    """Run one stage; returns {"batch": ...} plus the stage's report."""
+    if stage not in STAGES:
+        raise OrchestrationError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
+    opts = ingest_options(cfg, instance, lineage)
+    started = time.perf_counter()
+    try:
+        from ..lake import pipeline
+    except ImportError:  # TEMPORARY until binlake.lake.pipeline lands: the whole ingest runs in prepare
+        return _whole_ingest(cfg, stage, opts, batch, executor)
+    if stage == "prepare":
+        kwargs = {"executor": executor} if executor is not None else {}
+        out: dict[str, Any] = {"batch": pipeline.prepare_batch(opts, **kwargs)}
+    elif batch is None:
+        out = {"batch": None, "skipped": "nothing new to ingest"}
+    elif stage == "gate_before":
+        out = {"batch": batch, "report": jsonable(pipeline.gate_before_merge(opts, batch))}
+    elif stage == "merge":
+        out = {"batch": batch, "merged": jsonable(pipeline.merge_batch(opts, batch))}
+    elif stage == "gate_after":
+        out = {"batch": batch, "report": jsonable(pipeline.gate_after_merge(opts, batch))}
+    else:
+        out = summary_dict(pipeline.publish_batch(opts, batch))
+    out["seconds"] = round(time.perf_counter() - started, 3)
+    return out
+
+
+def summary_dict(summary) -> dict[str, Any]:
+    """A RunSummary as data: the tables that changed (one Asset event each) and the lag."""
+    rows: dict[str, dict[str, int]] = {}
+    for (table, op), n in summary.rows.items():
+        rows.setdefault(table, {})[op] = n
+    return {"batch": summary.batch, "files": list(summary.files), "rows": rows,
+            "changed_tables": sorted(t for t, ops in rows.items() if sum(ops.values())),
+            "history_only": list(summary.history_only), "lag_seconds": summary.lag_seconds,
+            "published_at": time.time()}
+
+
+def jsonable(value: Any) -> Any:
+    """Reports (dataclasses, Counters, tuples) as JSON-safe data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, tuple) else ".".join(map(str, k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _whole_ingest(cfg: DeploymentConfig, stage: str, opts, batch: int | None, executor) -> dict[str, Any]:
+    import json
+
+    from ..lake.ingest import run_ingest
+
+    store = Path(cfg.landing) / "_jobs"
+    if stage == "prepare":
+        summary = run_ingest(opts, **({"executor": executor} if executor is not None else {}))
+        if summary.batch is not None:
+            store.mkdir(parents=True, exist_ok=True)
+            (store / f"{opts.instance}-{summary.batch}.json").write_text(json.dumps(summary_dict(summary)))
+        return {"batch": summary.batch}
+    if stage == "publish" and batch is not None:
+        return json.loads((store / f"{opts.instance}-{batch}.json").read_text())
+    return {"batch": batch}

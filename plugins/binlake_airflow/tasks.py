@@ -1,0 +1,227 @@
+"""The TaskFlow tasks of binlake's DAGs and the per-instance ingest chain the hourly and backfill DAGs share.
+
+Each task is one idempotent step: discover -> fetch -> prepare (decode + history, Spark when configured) ->
+gate before merge -> merge -> gate after merge -> publish. Tasks pass a small state dict ({instance, lineage,
+batch}); the lake stages run in a child process (binlake.orchestration.jobs) whose result file is what counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Asset, AssetAlias, TaskGroup, get_current_context, task
+
+from binlake.config import DeploymentConfig, load_config
+
+log = logging.getLogger("binlake")
+ASSET_ALIAS = "binlake-tables"  # every current table that changed gets an Asset event through this alias
+MAX_BACKFILL_CHUNKS = 1000  # hourly chunks per backfill run (Airflow maps at most 1024 by default)
+
+
+def _parse_time(value: Any, what: str) -> datetime:
+    if isinstance(value, datetime):
+        t = value
+    else:
+        try:
+            t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{what} must be an ISO 8601 UTC time such as 2026-01-01T00:00:00Z, not {value!r}") \
+                from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _window(window: dict | None) -> tuple[datetime, datetime]:
+    if window:
+        return _parse_time(window["start"], "window start"), _parse_time(window["end"], "window end")
+    ctx = get_current_context()
+    return ctx["data_interval_start"], ctx["data_interval_end"]
+
+
+def _instance(instance: str | None) -> str:
+    if instance:
+        return instance
+    params = get_current_context().get("params") or {}
+    if not params.get("instance"):
+        raise ValueError("no instance: give the `instance` param")
+    return str(params["instance"])
+
+
+def _credentials(cfg: DeploymentConfig, instance: str) -> dict[str, Any]:
+    from .hooks import BinlakeHook
+
+    return BinlakeHook(cfg.instance(instance)).source_credentials()
+
+
+@task
+def snapshot_ddl(config: str, instance: str) -> dict[str, Any]:
+    """Capture the instance's DDL snapshot (stored only when changed); report which tables changed."""
+    from binlake.orchestration.service import snapshot_instance
+
+    from .hooks import BinlakeHook
+
+    cfg = load_config(config)
+    result = snapshot_instance(cfg, instance, BinlakeHook(cfg.instance(instance)).mysql_uri())
+    changes = result["changes"]
+    log.info("%s: snapshot %s (%s), %d tables; added %s, dropped %s, changed %s", instance, result["snapshot"],
+             "stored" if result["stored"] else "unchanged", result["tables"], changes["added"], changes["dropped"],
+             changes["changed"])
+    return result
+
+
+@task
+def discover(config: str, instance: str | None = None, window: dict | None = None) -> list[dict[str, Any]]:
+    """The instance's binlog files overlapping the run's data interval (or the given window)."""
+    from binlake.orchestration.service import discover as discover_files
+
+    cfg, name = load_config(config), _instance(instance)
+    start, end = _window(window)
+    files = discover_files(cfg, name, start, end, _credentials(cfg, name))
+    log.info("%s: %d file(s) in [%s, %s): %s", name, len(files), start, end, [f["name"] for f in files])
+    return files
+
+
+@task
+def fetch(config: str, files: list[dict[str, Any]], instance: str | None = None) -> dict[str, Any]:
+    """Land the discovered files (verified; already landed ones are not downloaded again)."""
+    from binlake.orchestration.service import fetch as fetch_files
+
+    cfg, name = load_config(config), _instance(instance)
+    landed = fetch_files(cfg, name, list(files), _credentials(cfg, name) if files else None)
+    log.info("%s: landed %d file(s)", name, len(landed["files"]))
+    return landed
+
+
+def _merged(fetched: Any) -> dict[str, Any]:
+    """One fetch result, or the results of a mapped fetch, as one."""
+    items = [fetched] if isinstance(fetched, dict) else list(fetched or [])
+    return {"lineages": sorted({lin for f in items for lin in f.get("lineages", [])}),
+            "files": [n for f in items for n in f.get("files", [])]}
+
+
+def _stage(config: str, state: dict[str, Any], stage: str) -> dict[str, Any]:
+    from binlake.orchestration.jobs import run_stage_process
+
+    if state.get("batch") is None:
+        log.info("%s: %s: nothing new to ingest", state["instance"], stage)
+        return state
+    cfg = load_config(config)
+    result = run_stage_process(cfg, stage, state["instance"], state["lineage"], state["batch"], log=log.info)
+    return {**state, stage: result}
+
+
+@task
+def prepare(config: str, fetched: Any, instance: str | None = None) -> dict[str, Any]:
+    """Decode what is new (Spark job when configured) and append the history; the pending batch or None."""
+    from binlake.orchestration.jobs import run_stage_process
+    from binlake.orchestration.service import choose_lineage
+
+    cfg, name = load_config(config), _instance(instance)
+    lineage = choose_lineage(cfg, name, _merged(fetched))
+    if lineage is None:
+        log.info("%s: no files landed yet", name)
+        return {"instance": name, "lineage": None, "batch": None}
+    result = run_stage_process(cfg, "prepare", name, lineage, log=log.info)
+    log.info("%s: batch %s", name, result["batch"])
+    return {"instance": name, "lineage": lineage, "batch": result["batch"]}
+
+
+@task
+def gate_before_merge(config: str, state: dict[str, Any]) -> dict[str, Any]:
+    return _stage(config, state, "gate_before")
+
+
+@task
+def merge(config: str, state: dict[str, Any]) -> dict[str, Any]:
+    return _stage(config, state, "merge")
+
+
+@task
+def gate_after_merge(config: str, state: dict[str, Any]) -> dict[str, Any]:
+    return _stage(config, state, "gate_after")
+
+
+def table_asset(cfg: DeploymentConfig, table: str) -> Asset:
+    """The Asset of a current table: its location in the lake (file:// for a local lake)."""
+    from binlake.lake.layout import LakeLayout  # light: no Arrow or Delta
+
+    db, name = table.split(".", 1)
+    path = LakeLayout(cfg.lake, cfg.pipeline).current_path(db, name)
+    return Asset(uri=path if "://" in path else f"file://{path}", name=f"binlake/{table}")
+
+
+@task(outlets=[AssetAlias(ASSET_ALIAS)])
+def publish(config: str, state: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
+    """Advance the control table; one Asset event per table that changed; alert when the lag beats the SLA."""
+    state = _stage(config, state, "publish")
+    summary = state.get("publish")
+    if not summary:
+        return state
+    cfg = load_config(config)
+    for table in summary["changed_tables"]:
+        outlet_events[AssetAlias(ASSET_ALIAS)].add(
+            table_asset(cfg, table), extra={"instance": state["instance"], "batch": summary["batch"],
+                                            "rows": summary["rows"].get(table, {})})
+    log.info("%s: published batch %s: %s", state["instance"], summary["batch"], summary["rows"])
+    check_lag(cfg, state["instance"], summary)
+    return state
+
+
+def check_lag(cfg: DeploymentConfig, instance: str, summary: dict[str, Any]) -> float | None:
+    """Lag = the run's interval end minus the newest change ingested; beyond `alerts.sla_lag_minutes` it alerts."""
+    from binlake.orchestration.alerts import lag_alert
+
+    from .notifiers import deliver, interval_of, task_context
+
+    if summary.get("lag_seconds") is None or cfg.alerts.sla_lag_minutes is None:
+        return None
+    ctx = get_current_context()
+    newest = datetime.fromtimestamp(summary["published_at"] - summary["lag_seconds"], UTC)
+    interval = interval_of(ctx)
+    end = _parse_time(interval[1], "interval end") if interval[1] else datetime.now(UTC)
+    lag = (end - newest).total_seconds()
+    if lag > cfg.alerts.sla_lag_minutes * 60:
+        deliver(cfg.alerts, lag_alert(instance, interval, lag, cfg.alerts.sla_lag_minutes, newest.isoformat(),
+                                      **task_context(ctx)), ctx)
+    return lag
+
+
+def ingest_chain(cfg: DeploymentConfig, instance: str) -> TaskGroup:
+    """One instance's hourly chain, as a task group named after the instance."""
+    lake = {"pool": cfg.pool} if cfg.pool else {}
+    with TaskGroup(group_id=instance) as group:
+        files = discover(cfg.path, instance)
+        landed = fetch(cfg.path, files, instance)
+        state = prepare.override(**lake)(cfg.path, landed, instance)
+        state = gate_before_merge.override(**lake)(cfg.path, state)
+        state = merge.override(**lake)(cfg.path, state)
+        state = gate_after_merge.override(**lake)(cfg.path, state)
+        publish.override(**lake)(cfg.path, state)
+    return group
+
+
+@task
+def plan_backfill(config: str) -> list[dict[str, str]]:
+    """The backfill's hourly chunks from its params (instance, start, end, tables), validated."""
+    cfg = load_config(config)
+    params = get_current_context()["params"]
+    inst = cfg.instance(str(params.get("instance") or ""))
+    start, end = _parse_time(params.get("start"), "param `start`"), _parse_time(params.get("end"), "param `end`")
+    if end <= start:
+        raise ValueError(f"param `end` ({end.isoformat()}) must be after `start` ({start.isoformat()})")
+    untracked = [t for t in params.get("tables") or [] if not inst.tracks(t)]
+    if untracked:
+        raise ValueError(f"param `tables`: {', '.join(untracked)} not tracked by instance {inst.name} "
+                         f"(tables {inst.tables or ['*']}, exclude {inst.exclude})")
+    first = start.replace(minute=0, second=0, microsecond=0)
+    chunks = []
+    t = first
+    while t < end:
+        chunks.append({"start": max(t, start).isoformat(), "end": min(t + timedelta(hours=1), end).isoformat()})
+        t += timedelta(hours=1)
+    if len(chunks) > MAX_BACKFILL_CHUNKS:
+        raise ValueError(f"[{start.isoformat()}, {end.isoformat()}) is {len(chunks)} hourly chunks; at most "
+                         f"{MAX_BACKFILL_CHUNKS} per backfill run")
+    log.info("%s: backfill %d hourly chunk(s) from %s to %s", inst.name, len(chunks), start, end)
+    return chunks
