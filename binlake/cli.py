@@ -132,13 +132,13 @@ def ingest_options(args: argparse.Namespace):
     import re
 
     from .lake.ingest import IngestOptions
-    from .sources.local import resolve_source
+    from .sources.fetch import ingest_inputs
 
-    files = resolve_source(args.source)
+    files, instance, lineage = ingest_inputs(args)
     if not files:
         raise ValueError(f"--source {args.source}: no binlog files there")
     return IngestOptions(
-        lake=args.lake, files=files, schemas=args.schemas, instance=args.instance, engine=args.engine,
+        lake=args.lake, files=files, schemas=args.schemas, instance=instance, lineage=lineage, engine=args.engine,
         pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
         databases={d.strip() for d in args.databases.split(",")} if args.databases else None,
         split_bytes=args.split_mb << 20,
@@ -241,8 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema_snapshot)
 
     p = sub.add_parser("ingest", help="decode new binlog data into the lake's history and current tables")
-    p.add_argument("--source", required=True, help="local:DIR (a directory or glob of binlog files)")
+    p.add_argument("--source", required=True, help="local:DIR (a directory or glob of binlog files), "
+                   "rds:INSTANCE (RDS OpenAPI), or oss://bucket/prefix")
     p.add_argument("--lake", required=True, help="lake root directory")
+    p.add_argument("--landing", help="landing directory for fetched files (needed for rds:/oss:)")
+    p.add_argument("--from", dest="window_from", help="UTC window start (rds:/oss:), e.g. 2024-05-01T00:00:00Z")
+    p.add_argument("--to", dest="window_to", help="UTC window end, exclusive (rds:/oss:)")
+    p.add_argument("--rds-endpoint", help="RDS OpenAPI endpoint (default rds.aliyuncs.com; http://host:port for "
+                   "a local server); credentials from ALIBABA_CLOUD_ACCESS_KEY_ID/_SECRET")
+    p.add_argument("--lineage", help="RDS HostInstanceID to read (default: the one already ingested, else the "
+                   "primary)")
+    p.add_argument("--public-link", action="store_true", help="download through the public link (default intranet)")
     p.add_argument("--schemas", help="DDL snapshot store or directory of <db>.sql files")
     p.add_argument("--instance", default="default", help="source instance name (snapshot store, control table)")
     p.add_argument("--engine", default=None, help="delta-rs (default) or delta-spark")

@@ -17,6 +17,7 @@ lineage's starting point.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -182,3 +183,39 @@ def _continue(control, states: dict, source: Source, landing: str, old: str, fil
         elif i == plan.start_index:
             st.end_pos = plan.start_pos
     return plan
+
+
+def parse_utc(text: str | None, option: str) -> datetime | None:
+    """'2024-05-01T00:00:00Z' (or with an offset, or a date) -> aware UTC datetime; None stays None."""
+    if not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SourceError(f"{option}: {text!r} is not a UTC time like 2024-05-01T00:00:00Z") from None
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def ingest_inputs(args) -> tuple[list[str], str, str]:
+    """`binlake ingest` arguments -> (local files, instance, lineage) for the ingest service. Local sources are
+    read in place; other sources are listed and landed first (`land_files`)."""
+    spec = args.source
+    if not (spec.startswith("rds:") or "://" in spec):
+        from .local import resolve_source
+
+        return resolve_source(spec), args.instance, "default"
+    from . import open_source
+
+    options = {}
+    if spec.startswith("rds:"):
+        options = {"endpoint": getattr(args, "rds_endpoint", None), "lineage": getattr(args, "lineage", None),
+                   "public_link": bool(getattr(args, "public_link", False))}
+    source = open_source(spec, **{k: v for k, v in options.items() if v is not None})
+    landing = getattr(args, "landing", None)
+    if not landing:
+        raise SourceError(f"--source {spec}: --landing DIR is needed (where fetched files are put and verified)")
+    start = parse_utc(getattr(args, "window_from", None), "--from")
+    end = parse_utc(getattr(args, "window_to", None), "--to")
+    landed = land_files(source, landing, start, end, lake=args.lake, pipeline=args.pipeline,
+                        progress=lambda m: print(f"[fetch] {m}", file=sys.stderr))
+    return landed.paths, landed.instance, landed.lineage

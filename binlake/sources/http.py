@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,8 +165,6 @@ class RangeReader(io.RawIOBase):
 
 def _xml_code(body: str) -> str:
     """`Code: Message` out of an OSS-style XML error body, or the body's start."""
-    import re
-
     code = re.search(r"<Code>([^<]*)</Code>", body)
     msg = re.search(r"<Message>([^<]*)</Message>", body)
     if code:

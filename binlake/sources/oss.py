@@ -59,9 +59,13 @@ class OssSource:
 
     kind = "oss"
 
-    def __init__(self, location: str, settings: OssSettings | None = None, instance: str | None = None) -> None:
+    def __init__(self, location: str, settings: OssSettings | None = None, instance: str | None = None, *,
+                 endpoint: str | None = None, access_key_id: str | None = None, access_key_secret: str | None = None,
+                 auth_version: str | None = None, region: str | None = None, region_id: str | None = None,
+                 security_token: str | None = None, path_style: bool | None = None) -> None:
         self.location = OssLocation.parse(location)
-        self.settings = settings or OssSettings.from_env()
+        self.settings = settings or OssSettings.from_env(endpoint, access_key_id, access_key_secret, auth_version,
+                                                         region or region_id, security_token, path_style)
         self.bucket = self.settings.bucket(self.location.bucket)
         tail = self.location.prefix.rstrip("/").rsplit("/", 1)[-1] or self.location.bucket
         self.instance = instance or re.sub(r"[^A-Za-z0-9_.-]", "_", tail)

@@ -3,8 +3,9 @@ bucket handle built from them. Shared by the OSS source, OSS landing storage and
 
 Environment: OSS_ENDPOINT (e.g. https://oss-cn-hangzhou-internal.aliyuncs.com), OSS_ACCESS_KEY_ID,
 OSS_ACCESS_KEY_SECRET, OSS_SECURITY_TOKEN (optional, STS), OSS_REGION (e.g. cn-hangzhou; needed for V4) and
-OSS_AUTH_VERSION (`v1` or `v4`; default `v4` when a region is known, else `v1`). Secrets are never logged or put
-into error messages.
+OSS_AUTH_VERSION (`v1` or `v4`; default `v4` when a region is known, else `v1`) and OSS_PATH_STYLE (`true`: bucket
+in the path, for OSS-compatible servers; by default only IP and single-label hosts such as `http://oss:8091` use
+it). Secrets are never logged or put into error messages.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
+from urllib.parse import urlparse
 
 import oss2
 
@@ -59,6 +61,7 @@ class OssSettings:
     region: str | None = None
     security_token: str | None = None
     retries: int = 5
+    path_style: bool | None = None  # None: path style for IP and single-label hosts (http://oss:8091), else not
 
     def __repr__(self) -> str:  # keep the secret out of logs and tracebacks
         return f"OssSettings(endpoint={self.endpoint!r}, access_key_id={self.access_key_id!r}, " \
@@ -67,9 +70,12 @@ class OssSettings:
     @classmethod
     def from_env(cls, endpoint: str | None = None, access_key_id: str | None = None,
                  access_key_secret: str | None = None, auth_version: str | None = None,
-                 region: str | None = None, security_token: str | None = None) -> OssSettings:
+                 region: str | None = None, security_token: str | None = None,
+                 path_style: bool | None = None) -> OssSettings:
         """Arguments win; what is missing comes from the OSS_* environment variables."""
         env = os.environ
+        if path_style is None and env.get("OSS_PATH_STYLE"):
+            path_style = env["OSS_PATH_STYLE"].strip().lower() in ("1", "true", "yes")
         endpoint = endpoint or env.get("OSS_ENDPOINT")
         ak = access_key_id or env.get("OSS_ACCESS_KEY_ID")
         secret = access_key_secret or env.get("OSS_ACCESS_KEY_SECRET")
@@ -83,7 +89,8 @@ class OssSettings:
         if version == "v4" and not region:
             raise SourceError("OSS: signature V4 needs a region (OSS_REGION, e.g. cn-hangzhou)")
         assert endpoint and ak and secret
-        return cls(endpoint, ak, secret, version, region, security_token or env.get("OSS_SECURITY_TOKEN") or None)
+        return cls(endpoint, ak, secret, version, region, security_token or env.get("OSS_SECURITY_TOKEN") or None,
+                   path_style=path_style)
 
     def bucket(self, name: str) -> oss2.Bucket:
         if self.security_token:
@@ -93,7 +100,12 @@ class OssSettings:
             auth = oss2.AuthV4(self.access_key_id, self.access_key_secret)
         else:
             auth = oss2.Auth(self.access_key_id, self.access_key_secret)
-        return oss2.Bucket(auth, self.endpoint, name, region=self.region, connect_timeout=30)
+        path_style = self.path_style
+        if path_style is None:
+            host = urlparse(self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}").hostname or ""
+            path_style = "." not in host
+        return oss2.Bucket(auth, self.endpoint, name, region=self.region, connect_timeout=30,
+                           is_path_style=path_style)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -72,6 +72,7 @@ class Faults:
     unavailable: int = 0  # next N API calls answer ServiceUnavailable (HTTP 503)
     drops: dict[str, list[int]] = field(default_factory=dict)  # file name -> bytes to send before cutting, per GET
     wrong_checksum: set[str] = field(default_factory=set)  # file names announced with a wrong Checksum
+    expire_on_drop: bool = False  # a cut connection also moves the clock past every issued link's expiry
 
 
 def binlog_time_span(data: bytes) -> tuple[datetime, datetime]:
@@ -386,7 +387,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _download(self, path: str, query: dict[str, str]) -> None:
         rds = self.rds
-        record = {"path": path, "start": 0, "status": 0, "sent": 0}
+        asked = (self.headers.get("Range") or "").strip().removeprefix("bytes=").partition("-")[0]
+        record = {"path": path, "start": int(asked) if asked.isdigit() else 0, "status": 0, "sent": 0}
         rds.downloads.append(record)
         try:
             f, flavour = rds.find_download(path, query)
@@ -435,6 +437,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body[:cut])
             self.wfile.flush()
             record["sent"] = cut
+            if rds.faults.expire_on_drop:
+                rds.advance_clock(rds.link_ttl + 1)
             # Cut the connection abruptly: the client sees a short body.
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
