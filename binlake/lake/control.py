@@ -17,6 +17,7 @@ from .layout import LakeLayout
 
 STATUSES = ("discovered", "fetched", "decoded", "merged", "quarantined")
 KEYS = ["instance", "lineage", "file"]
+EVENT_LIMIT = (1 << 20) - 1  # rows' `_seq` is batch << 20 | event; the batch's final record uses the limit
 SCHEMA = pa.schema([
     pa.field("instance", pa.string()),
     pa.field("lineage", pa.string()),
@@ -76,8 +77,15 @@ class ControlTable:
         states = self.load()
         return max((s.batch_id for s in states.values()), default=-1)
 
-    def record(self, states: list[FileState], batch: int) -> bool:
-        """Upsert the files' rows as of `batch` (exactly once per batch)."""
+    def record(self, states: list[FileState], batch: int, event: int | None = None) -> bool:
+        """Upsert the files' rows as of `batch` (exactly once per batch). With `event` (1, 2, ...), record a
+        state change inside the batch instead (quarantine, release): ordered after the batch's earlier events
+        and before its final record, each exactly once."""
+        if event is not None and not 0 < event < EVENT_LIMIT:
+            raise ValueError(f"control event {event} out of range 1..{EVENT_LIMIT - 1}")
+        seq = batch << 20 | (EVENT_LIMIT if event is None else event)
+        app, version = ((self.layout.app_id("control"), batch) if event is None
+                        else (self.layout.app_id("control-events"), seq))
         now = datetime.now(UTC)
         rows = {f.name: [] for f in SCHEMA}
         for s in states:
@@ -88,6 +96,6 @@ class ControlTable:
             for k, v in values.items():
                 rows[k].append(v)
         arrays = [pa.array(rows[f.name], f.type) for f in SCHEMA]
-        data = pa.table([*arrays, pa.array([batch] * len(states), pa.int64()), pa.array([False] * len(states))],
+        data = pa.table([*arrays, pa.array([seq] * len(states), pa.int64()), pa.array([False] * len(states))],
                         names=[*SCHEMA.names, SEQ, DELETED])
-        return self.engine.merge(self.path, data, KEYS, self.layout.app_id("control"), batch)
+        return self.engine.merge(self.path, data, KEYS, app, version)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch
+from ..binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch, event_type_counts
 from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
@@ -46,6 +46,7 @@ class RangeResult:
     statements: list[dict] = field(default_factory=list)  # statement-based DML seen
     ddl: list[dict] = field(default_factory=list)
     conversions: ConversionStats = field(default_factory=ConversionStats)
+    event_types: dict[str, int] = field(default_factory=dict)  # event type name -> count (quality gates)
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -99,6 +100,7 @@ def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: i
                 result.ddl.append({"file": name, "pos": rec.pos, "database": rec.info.get("database"),
                                    "query": rec.info.get("query")})
     end = decoder.results[-1].end
+    result.event_types = event_type_counts(decoder.event_counts)
     if stop is not None and pending:
         raise ValueError(f"{name}: the range [{start}, {stop}) ends inside a transaction; ranges must be cut at "
                          "transaction starts")

@@ -1,14 +1,15 @@
-"""The ingest service: one batch from the control table's checkpoint to history appends and current merges.
+"""The ingest service: options, run summary and the pieces the stages share (file planning, decode tasks, the
+schema registry, segment-wise current merges). The stages themselves are in pipeline.py; `run_ingest` runs them
+all (used by `binlake ingest`, the Spark job and the demo; Airflow runs them one task each).
 
-Used by `binlake ingest`, the Spark job and the Airflow tasks. Decoding is handed to an executor (in-process, or
-Spark tasks: one per file); commits happen here, each carrying an application transaction, and the control table
-advances last. Re-running a batch that was cut short at any point redoes only what was not committed.
+Decoding is handed to an executor (in-process, or Spark tasks: one per file range); commits each carry an
+application transaction, and the control table advances last. Re-running a batch that was cut short at any point
+redoes only what was not committed.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,15 +18,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..binlog.api import sequence_number
-from ..schema.api import build_resolver
+from ..quality.config import QualityConfig
 from ..schema.model import TableDef
-from .control import ControlTable, FileState
-from .current import key_names, merge_input, schema_changes, segments
-from .decode_task import RangeResult, decode_range, read_ipc
-from .engines import DELETED, SEQ, DeltaEngine, get_engine
-from .history import PARTITION_BY
+from .control import FileState
+from .current import key_names, schema_changes
+from .decode_task import RangeResult, decode_range
+from .engines import DELETED, SEQ, DeltaEngine
 from .layout import LakeLayout
-from .split import plan_ranges
 
 Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
 Executor = Callable[[list[Task], int, object, object], list[RangeResult]]
@@ -54,6 +53,7 @@ class IngestOptions:
     tables: object = None  # compiled regex on db.table
     databases: set[str] | None = None
     split_bytes: int = 64 << 20  # files larger than this are decoded as several ranges of whole transactions
+    quality: QualityConfig = field(default_factory=QualityConfig)  # the gates (binlake.quality)
 
 
 @dataclass
@@ -147,67 +147,10 @@ class _Registry:
 
 def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
                progress: Callable[[str], None] = lambda _msg: None) -> RunSummary:
-    started = time.perf_counter()
-    engine = engine or get_engine(opts.engine)
-    layout = LakeLayout(opts.lake, opts.pipeline)
-    control = ControlTable(engine, layout)
-    states = control.load()
-    todo = plan_files(opts, states)
-    if not todo:
-        return RunSummary(None)
-    batch = max((s.batch_id for s in states.values()), default=-1) + 1
-    summary = RunSummary(batch, [Path(p).name for p, _ in todo])
-    progress(f"batch {batch}: {len(todo)} file(s) to read")
-    all_files = _ordered(opts.files)
-    resolver = build_resolver(all_files, opts.schemas, opts.instance)
-    summary.seconds["schema timeline"] = time.perf_counter() - started
+    """One batch through every stage (decode, history, gates, merge, gates, publish): see pipeline.py."""
+    from .pipeline import run_ingest as run_stages
 
-    t0 = time.perf_counter()
-    tasks = [(path, st.file, st.file_seq, a, b) for path, st in todo
-             for a, b in plan_ranges(path, st.file, st.end_pos, opts.split_bytes)]
-    progress(f"decoding {len(tasks)} range(s)")
-    results = executor(tasks, batch, resolver, (opts.tables, opts.databases))
-    summary.seconds["decode"] = time.perf_counter() - t0
-
-    tables = _collect(results, summary)
-    t0 = time.perf_counter()
-    for name, (history, _versions, last_tm) in sorted(tables.items()):
-        db, table = last_tm.database, last_tm.table
-        # Versions of per-table app ids are batch * 1000 + step everywhere (bootstrap writes several per batch).
-        appended = engine.append(layout.history_path(db, table), history, layout.app_id("history", db, table),
-                                 batch * 1000, partition_by=PARTITION_BY)
-        summary.committed[name] = {"history": appended}
-        progress(f"{name}: {history.num_rows} history rows {'appended' if appended else 'already committed'}")
-    summary.seconds["history append"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    registry = _Registry(engine, layout)
-    for name, (history, versions, last_tm) in sorted(tables.items()):
-        if not last_tm.primary_key:
-            summary.history_only.append(name)
-            continue
-        _refuse_partial_images(name, summary.conversions)
-        merges = _merge_current(engine, layout, registry, name, history, versions, batch)
-        summary.committed[name]["current"] = merges
-    registry.commit(batch)
-    summary.seconds["merge"] = time.perf_counter() - t0
-
-    by_file: dict[str, list[RangeResult]] = {}
-    for res in results:
-        by_file.setdefault(res.file, []).append(res)
-    for _path, st in todo:
-        last = max(by_file[st.file], key=lambda r: r.start)
-        st.end_pos = last.end
-        st.complete = last.reached_file_end and last.end == st.size
-        st.status = "merged"
-        st.batch_id = batch
-    control.record([st for _, st in todo], batch)
-    newest = max((h.column("_commit_ts").to_pylist()[-1] for h, _, _ in tables.values() if h.num_rows),
-                 default=None)
-    if newest is not None:
-        summary.lag_seconds = max(0.0, time.time() - newest.timestamp())
-    summary.seconds["total"] = time.perf_counter() - started
-    return summary
+    return run_stages(opts, executor, engine, progress)
 
 
 class PartialImages(ValueError):
@@ -225,44 +168,26 @@ def _refuse_partial_images(table: str, conversions: dict) -> None:
             "The history append of this batch is committed; the current table was not changed")
 
 
-def _collect(results: list[RangeResult], summary: RunSummary) -> dict[str, tuple[pa.Table, dict, object]]:
-    parts: dict[str, list[pa.Table]] = {}
-    versions: dict[str, dict] = {}
-    last: dict[str, object] = {}
-    for res in sorted(results, key=lambda r: (r.file_seq, r.start)):
-        summary.rows.update(res.counts)
-        summary.statements += len(res.statements)
-        for k, v in res.conversions.items():
-            summary.conversions[k] = summary.conversions.get(k, 0) + v
-        for name, tr in res.tables.items():
-            parts.setdefault(name, []).extend(read_ipc(b) for b in tr.history_ipc)
-            versions.setdefault(name, {}).update(tr.versions)
-            last[name] = tr.table_map
-    return {name: (pa.concat_tables(tbls, promote_options="permissive"), versions[name], last[name])
-            for name, tbls in parts.items()}
-
-
-def _merge_current(engine: DeltaEngine, layout: LakeLayout, registry: _Registry, name: str, history: pa.Table,
-                   versions: dict, batch: int) -> int:
-    """Merge the table's net changes segment by segment, applying schema changes between them."""
+def _merge_segments(engine: DeltaEngine, layout: LakeLayout, registry: _Registry, name: str,
+                    plan: list[tuple[str | None, object, pa.Table]], batch: int) -> int:
+    """Merge a table's net changes segment by segment (schema version, its TableMap, merge input), applying
+    the schema changes between them."""
     step = 0
     merges = 0
-    for seg in segments(history):
-        tm = versions[seg.version]
+    for version, tm, data in plan:
         db, table = tm.database, tm.table
         path = layout.current_path(db, table)
         app = layout.app_id("current", db, table)
         recorded, old_def = registry.get(name)
-        if engine.exists(path) and recorded is not None and recorded != seg.version:
+        if engine.exists(path) and recorded is not None and recorded != version:
             current = engine.read(path).schema
             old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
             changes = schema_changes(old_cols, old_def, tm, current, None)
             if changes:
                 engine.replace_schema(path, changes, app, batch * 1000 + step)
             step += 1
-        data = merge_input(seg.rows, tm)
         engine.merge(path, data, key_names(tm), app, batch * 1000 + step)
         step += 1
         merges += 1
-        registry.set(name, seg.version, tm.schema)
+        registry.set(name, version, tm.schema)
     return merges

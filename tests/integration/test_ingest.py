@@ -216,14 +216,52 @@ def test_killed_at_any_commit_then_rerun_equals_uninterrupted(source, tmp_path) 
     run_ingest(IngestOptions(lake=str(tmp_path / "clean"), **opts))
     expected = _lake_state(tmp_path / "clean")
     assert len(expected[0]) == 25
-    # Commits of one batch: 2 history appends, 2 current merges, tables registry, control table.
-    for crash_at in range(6):
+    # Commits of one batch: 2 history appends, the before-merge gate's results, 2 current merges, tables
+    # registry, the after-merge gate's results, control table.
+    for crash_at in range(8):
         lake = tmp_path / f"crash{crash_at}"
         with pytest.raises(RuntimeError, match="killed"):
             run_ingest(IngestOptions(lake=str(lake), **opts), engine=CrashAfter(crash_at))
         rerun = run_ingest(IngestOptions(lake=str(lake), **opts))
         assert rerun.batch == 0  # the unrecorded batch is redone under the same number
         assert _lake_state(lake) == expected, f"crash after {crash_at} commits"
+        assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch is None
+    # The pending batch's manifest is saved between the commits: a kill right after any save, then a rerun.
+    from binlake.lake.pending import BatchStore
+
+    saves = 0
+    real_save = BatchStore.save
+
+    def counting_save(self, pb):
+        nonlocal saves
+        saves += 1
+        real_save(self, pb)
+
+    BatchStore.save = counting_save
+    try:
+        run_ingest(IngestOptions(lake=str(tmp_path / "count"), **opts))
+    finally:
+        BatchStore.save = real_save
+    assert saves >= 6
+    for crash_at in range(1, saves):
+        lake = tmp_path / f"save{crash_at}"
+        left = crash_at
+
+        def dying_save(self, pb):
+            nonlocal left
+            real_save(self, pb)
+            left -= 1
+            if left == 0:
+                raise RuntimeError("killed")
+
+        BatchStore.save = dying_save
+        try:
+            with pytest.raises(RuntimeError, match="killed"):
+                run_ingest(IngestOptions(lake=str(lake), **opts))
+        finally:
+            BatchStore.save = real_save
+        assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch == 0
+        assert _lake_state(lake) == expected, f"crash after manifest save {crash_at}"
         assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch is None
 
 

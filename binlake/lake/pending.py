@@ -1,0 +1,130 @@
+"""The pending batch: what a decoded batch's later stages need, persisted in the lake so each stage can run in
+its own process (an Airflow task) and be retried alone.
+
+    LAKE/_binlake/batches/<pipeline>/<batch>/manifest.json   files, counts, state, gate runs, pre-merge figures
+    LAKE/_binlake/batches/<pipeline>/<batch>/tables.pkl      each table's TableMaps per schema version
+    LAKE/_binlake/batches/<pipeline>/<batch>/<n>.arrow       each table's history rows (Arrow IPC)
+
+The manifest is written last (and replaced atomically where the filesystem allows): a batch directory without
+one is an interrupted prepare and is redone. Published batches keep only their manifest (the record of what ran).
+States: prepared -> (quarantined -> released ->) published.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from .control import FileState
+
+STATES = ("prepared", "quarantined", "released", "published")
+
+
+def lake_fs(lake: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in lake:
+        return pafs.FileSystem.from_uri(lake)
+    return pafs.LocalFileSystem(), os.path.abspath(lake)
+
+
+@dataclass
+class PendingBatch:
+    batch: int
+    pipeline: str
+    state: str = "prepared"
+    files: list[dict] = field(default_factory=list)  # FileState fields as they will be published, + start_pos
+    tables: dict[str, dict] = field(default_factory=dict)  # name -> database, table, has_pk, file, rows
+    counts: list[list] = field(default_factory=list)  # [table, op, rows]: the decoder's own tally
+    statements: list[dict] = field(default_factory=list)
+    ddl: list[dict] = field(default_factory=list)
+    conversions: dict[str, int] = field(default_factory=dict)
+    event_types: dict[str, int] = field(default_factory=dict)
+    prepared_at: str = ""
+    gates: dict[str, dict] = field(default_factory=dict)  # stage -> {"runs": n, "passed": bool}
+    premerge: dict[str, Any] = field(default_factory=dict)  # figures recorded before the first merge commit
+    committed: dict[str, dict] = field(default_factory=dict)
+    quarantine: dict[str, Any] | None = None  # stage, failures, at
+    control_events: int = 0  # quarantine/release records written to the control table for this batch
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def file_states(self) -> list[FileState]:
+        out = []
+        for f in self.files:
+            st = FileState(f["instance"], f["lineage"], f["file"], f["file_seq"], f["size"], f["status"],
+                           f["end_pos"], f["complete"], f["batch_id"], f.get("attempts", 0), f.get("last_error"))
+            out.append(st)
+        return out
+
+
+class BatchStore:
+    """Pending batches of one pipeline in one lake."""
+
+    def __init__(self, lake: str, pipeline: str = "default") -> None:
+        self.fs, root = lake_fs(lake)
+        self.dir = f"{root.rstrip('/')}/_binlake/batches/{pipeline}"
+        self.pipeline = pipeline
+
+    def _path(self, batch: int, name: str = "") -> str:
+        return f"{self.dir}/{batch}" + (f"/{name}" if name else "")
+
+    def batches(self) -> list[int]:
+        info = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        return sorted(int(i.base_name) for i in info if i.type == pafs.FileType.Directory and i.base_name.isdigit())
+
+    def exists(self, batch: int) -> bool:
+        return self.fs.get_file_info(self._path(batch, "manifest.json")).type == pafs.FileType.File
+
+    def unpublished(self) -> list[PendingBatch]:
+        return [m for b in self.batches() if self.exists(b) and (m := self.load(b)).state != "published"]
+
+    def all(self) -> list[PendingBatch]:
+        return [self.load(b) for b in self.batches() if self.exists(b)]
+
+    def load(self, batch: int) -> PendingBatch:
+        path = self._path(batch, "manifest.json")
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            raise KeyError(f"no pending batch {batch} of pipeline {self.pipeline!r} ({path})")
+        with self.fs.open_input_stream(path) as f:
+            return PendingBatch(**json.loads(f.read().decode()))
+
+    def save(self, pb: PendingBatch) -> None:
+        path = self._path(pb.batch, "manifest.json")
+        tmp = path + ".tmp"
+        self.fs.create_dir(self._path(pb.batch), recursive=True)
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(asdict(pb), indent=1, default=str).encode())
+        self.fs.move(tmp, path)
+
+    def write_data(self, batch: int, histories: dict[str, pa.Table], table_maps: dict[str, Any]) -> dict[str, str]:
+        """Each table's history rows and TableMaps; returns table -> data file name."""
+        self.fs.create_dir(self._path(batch), recursive=True)
+        names = {}
+        for i, (name, table) in enumerate(sorted(histories.items())):
+            names[name] = f"{i}.arrow"
+            with self.fs.open_output_stream(self._path(batch, names[name])) as f, \
+                    pa.ipc.new_file(f, table.schema) as writer:
+                writer.write_table(table)
+        with self.fs.open_output_stream(self._path(batch, "tables.pkl")) as f:
+            f.write(pickle.dumps(table_maps))
+        return names
+
+    def read_history(self, pb: PendingBatch, name: str) -> pa.Table:
+        with self.fs.open_input_file(self._path(pb.batch, pb.tables[name]["file"])) as f:
+            return pa.ipc.open_file(f).read_all()
+
+    def read_table_maps(self, pb: PendingBatch) -> dict[str, Any]:
+        """table -> (versions: schema version -> TableMap, the last TableMap)."""
+        with self.fs.open_input_stream(self._path(pb.batch, "tables.pkl")) as f:
+            return pickle.loads(f.read())  # written by this module into the lake: trusted
+
+    def drop_data(self, pb: PendingBatch) -> None:
+        """After publishing: only the manifest stays."""
+        for name in [*(t["file"] for t in pb.tables.values()), "tables.pkl"]:
+            path = self._path(pb.batch, name)
+            if self.fs.get_file_info(path).type == pafs.FileType.File:
+                self.fs.delete_file(path)

@@ -1,0 +1,410 @@
+"""The ingest as separate, idempotent stages, so a scheduler can run each as its own task and retry only what
+failed (see /tmp/brief/stages_contract.md, docs in README "Quality gates"):
+
+    prepare_batch     pick files from the control table, build the schema timeline, decode, persist the pending
+                      batch in the lake, append history (app txn). Resumes an unpublished batch instead of
+                      starting a new one.
+    gate_before_merge Great Expectations gates on the decoded batch      -> GateFailed (batch quarantined)
+    merge_batch       current-table MERGEs, segment by segment of schema version (app txn)
+    gate_after_merge  gates on the merged current tables                -> GateFailed (merges restored)
+    publish_batch     the control table advances (the watermark moves); the pending batch is closed
+
+Every stage takes the same IngestOptions and reads what it needs from the lake (`_binlake/batches/...`, see
+pending.py), so each can run in a different process. Every Delta commit carries an application transaction and
+the control table advances last: a run killed anywhere and re-run ends with the same tables, no duplicates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..quality.gates import GateFailed, GateReport, after_merge_gate, before_merge_gate
+from ..quality.quarantine import BatchQuarantined, quarantine_batch
+from ..quality.validations import record_report
+from ..schema.api import build_resolver
+from .control import ControlTable
+from .current import key_names, merge_input, segments
+from .decode_task import RangeResult, read_ipc
+from .engines import DELETED, SEQ, DeltaEngine, EngineError, get_engine, tombstone_path
+from .history import PARTITION_BY
+from .ingest import (
+    Executor,
+    IngestOptions,
+    RunSummary,
+    _merge_segments,
+    _ordered,
+    _refuse_partial_images,
+    _Registry,
+    local_executor,
+    plan_files,
+)
+from .layout import LakeLayout
+from .pending import BatchStore, PendingBatch
+from .split import plan_ranges
+
+__all__ = [
+    "GateFailed",
+    "GateReport",
+    "StageOrderError",
+    "gate_after_merge",
+    "gate_before_merge",
+    "merge_batch",
+    "prepare_batch",
+    "publish_batch",
+    "run_ingest",
+]
+
+Progress = Callable[[str], None]
+
+
+class StageOrderError(RuntimeError):
+    """A stage was called before the stage it depends on succeeded for the batch (e.g. merge before its gate)."""
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+def _setup(opts: IngestOptions, engine: DeltaEngine | None) -> tuple[DeltaEngine, LakeLayout, BatchStore]:
+    return engine or get_engine(opts.engine), LakeLayout(opts.lake, opts.pipeline), BatchStore(opts.lake, opts.pipeline)
+
+
+def _load(store: BatchStore, batch: int, *, allow_quarantined: bool = False) -> PendingBatch:
+    pb = store.load(batch)
+    if pb.state == "published":
+        raise StageOrderError(f"batch {batch} is already published")
+    if pb.state == "quarantined" and not allow_quarantined:
+        raise BatchQuarantined(batch, pb.quarantine)
+    return pb
+
+
+# -- prepare ----------------------------------------------------------------------------------------------------
+
+def _resume(store: BatchStore, engine: DeltaEngine, layout: LakeLayout) -> PendingBatch | None:
+    """The unpublished batch to continue, if any. A batch whose control commit landed (crash before its manifest
+    said so) is closed here."""
+    for pb in store.unpublished():
+        published = engine.txn_version(layout.control_path, layout.app_id("control"))
+        if published is not None and published >= pb.batch:
+            pb.state = "published"
+            store.save(pb)
+            store.drop_data(pb)
+            continue
+        return pb
+    return None
+
+
+def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
+                  progress: Progress = _quiet) -> int | None:
+    """Decode the next batch, persist it and append its history. Returns its id; None when nothing is new.
+    An unpublished batch is resumed (returned again); a quarantined one raises BatchQuarantined."""
+    started = time.perf_counter()
+    engine, layout, store = _setup(opts, engine)
+    pending = _resume(store, engine, layout)
+    if pending is not None:
+        if pending.state == "quarantined":
+            raise BatchQuarantined(pending.batch, pending.quarantine)
+        progress(f"batch {pending.batch}: resuming ({pending.state})")
+        _append_history(engine, layout, store, pending, progress)
+        return pending.batch
+
+    control = ControlTable(engine, layout)
+    states = control.load()
+    todo = plan_files(opts, states)
+    if not todo:
+        return None
+    batch = max((s.batch_id for s in states.values()), default=-1) + 1
+    progress(f"batch {batch}: {len(todo)} file(s) to read")
+    resolver = build_resolver(_ordered(opts.files), opts.schemas, opts.instance)
+    seconds = {"schema timeline": time.perf_counter() - started}
+
+    t0 = time.perf_counter()
+    tasks = [(path, st.file, st.file_seq, a, b) for path, st in todo
+             for a, b in plan_ranges(path, st.file, st.end_pos, opts.split_bytes)]
+    progress(f"decoding {len(tasks)} range(s)")
+    results = executor(tasks, batch, resolver, (opts.tables, opts.databases))
+    seconds["decode"] = time.perf_counter() - t0
+
+    pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat())
+    histories, table_maps = _collect(results, pb)
+    by_file: dict[str, list[RangeResult]] = {}
+    for res in results:
+        by_file.setdefault(res.file, []).append(res)
+    for _path, st in todo:
+        ranges = by_file[st.file]
+        last = max(ranges, key=lambda r: r.start)
+        pb.files.append({"instance": st.instance, "lineage": st.lineage, "file": st.file, "file_seq": st.file_seq,
+                         "size": st.size, "status": "merged", "start_pos": st.end_pos, "end_pos": last.end,
+                         "complete": last.reached_file_end and last.end == st.size, "batch_id": batch,
+                         "attempts": st.attempts, "last_error": None, "previous_status": st.status,
+                         "previous_complete": st.complete})
+    names = store.write_data(batch, histories, table_maps)
+    for name, history in histories.items():
+        tm = table_maps[name][1]
+        newest = pc.max(history.column("_commit_ts")).as_py() if history.num_rows else None
+        pb.tables[name] = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key),
+                           "file": names[name], "rows": history.num_rows,
+                           "newest_commit_ts": newest.isoformat() if newest else None}
+    pb.seconds = seconds
+    store.save(pb)  # from here on, the batch is resumed rather than decoded again
+    _append_history(engine, layout, store, pb, progress)
+    return batch
+
+
+def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, pa.Table], dict[str, tuple]]:
+    """Each table's history rows (in file order) and (versions, last TableMap); batch-wide tallies into `pb`."""
+    parts: dict[str, list[pa.Table]] = {}
+    versions: dict[str, dict] = {}
+    last: dict[str, object] = {}
+    counts: Counter = Counter()
+    events: Counter = Counter()
+    for res in sorted(results, key=lambda r: (r.file_seq, r.start)):
+        counts.update(res.counts)
+        events.update(getattr(res, "event_types", {}) or {})
+        pb.statements.extend(res.statements)
+        pb.ddl.extend(res.ddl)
+        for k, v in res.conversions.items():
+            pb.conversions[k] = pb.conversions.get(k, 0) + v
+        for name, tr in res.tables.items():
+            parts.setdefault(name, []).extend(read_ipc(b) for b in tr.history_ipc)
+            versions.setdefault(name, {}).update(tr.versions)
+            last[name] = tr.table_map
+    pb.counts = [[t, op, n] for (t, op), n in sorted(counts.items())]
+    pb.event_types = dict(events)
+    histories = {name: pa.concat_tables(tbls, promote_options="permissive") for name, tbls in parts.items()}
+    return histories, {name: (versions[name], last[name]) for name in parts}
+
+
+def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch,
+                    progress: Progress) -> None:
+    t0 = time.perf_counter()
+    for name, info in sorted(pb.tables.items()):
+        history = store.read_history(pb, name)
+        # Versions of per-table app ids are batch * 1000 + step everywhere (bootstrap writes several per batch).
+        appended = engine.append(layout.history_path(info["database"], info["table"]), history,
+                                 layout.app_id("history", info["database"], info["table"]), pb.batch * 1000,
+                                 partition_by=PARTITION_BY)
+        pb.committed.setdefault(name, {})["history"] = appended or pb.committed.get(name, {}).get("history", False)
+        progress(f"{name}: {history.num_rows} history rows {'appended' if appended else 'already committed'}")
+    pb.seconds["history append"] = time.perf_counter() - t0
+    store.save(pb)
+
+
+# -- gates ------------------------------------------------------------------------------------------------------
+
+def _gate_failed(opts: IngestOptions, engine: DeltaEngine, store: BatchStore, pb: PendingBatch,
+                 report: GateReport) -> GateFailed:
+    failures = report.failures
+    quarantine_batch(engine, LakeLayout(opts.lake, opts.pipeline), store, pb, report.stage, failures,
+                     opts.quality.alerts, opts.lake)
+    return GateFailed(report)
+
+
+def gate_before_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> GateReport:
+    """Gates on the decoded batch. On failure: the batch is quarantined (its history stays, the current tables
+    are not touched), an alert is sent and GateFailed raised."""
+    engine, layout, store = _setup(opts, engine)
+    pb = _load(store, batch)
+    for name, info in sorted(pb.tables.items()):
+        if info["has_pk"]:  # a typed error of its own, before the gates (missing key values would fail them)
+            _refuse_partial_images(name, pb.conversions)
+    report = before_merge_gate(pb, store, opts)
+    record_report(engine, layout, pb, report)
+    pb.gates["before"] = {"runs": pb.gates.get("before", {}).get("runs", 0) + 1, "passed": report.success}
+    pb.seconds["gate before merge"] = report.seconds
+    store.save(pb)
+    if not report.success:
+        raise _gate_failed(opts, engine, store, pb, report)
+    return report
+
+
+def gate_after_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> GateReport:
+    """Gates on the merged current tables. On failure: every current table of the batch (and the schema
+    registry) is restored to its version before the batch, the batch quarantined, an alert sent, GateFailed
+    raised."""
+    engine, layout, store = _setup(opts, engine)
+    pb = _load(store, batch)
+    if not pb.gates.get("merge", {}).get("done"):
+        raise StageOrderError(f"batch {batch}: gate_after_merge before merge_batch finished")
+    report = after_merge_gate(pb, store, opts, engine, layout)
+    record_report(engine, layout, pb, report)
+    pb.gates["after"] = {"runs": pb.gates.get("after", {}).get("runs", 0) + 1, "passed": report.success}
+    pb.seconds["gate after merge"] = report.seconds
+    store.save(pb)
+    if not report.success:
+        undo_merge(engine, layout, store, pb)
+        raise _gate_failed(opts, engine, store, pb, report)
+    return report
+
+
+def undo_merge(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch) -> None:
+    """Restore the batch's current tables and the registry to their versions before the batch's merges (txn
+    versions included, so merging the batch again really merges)."""
+    targets = [(layout.current_path(t["database"], t["table"]), pb.premerge.get("tables", {}).get(name, {}))
+               for name, t in pb.tables.items() if t["has_pk"]]
+    targets.append((layout.tables_path, {"version": pb.premerge.get("registry_version")}))
+    for path, pre in targets:
+        if not engine.exists(path):
+            continue
+        version = pre.get("version")
+        # A table the batch created goes back to its empty creation commit (version 0).
+        engine.restore(path, 0 if version is None else version)
+    pb.gates["merge"] = {"done": False, "undone": True}
+    store.save(pb)
+
+
+# -- merge ------------------------------------------------------------------------------------------------------
+
+def _require_gate(opts: IngestOptions, pb: PendingBatch, stage: str, what: str) -> None:
+    if opts.quality.enabled and not pb.gates.get(stage, {}).get("passed"):
+        raise StageOrderError(f"batch {pb.batch}: {what} needs the {stage}-merge gate to have passed for it")
+
+
+def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> dict:
+    """Merge the batch's net changes into the current tables (each merge carries an app txn: a retry skips what
+    was committed). Returns table -> {"history": bool, "current": merges}."""
+    t0 = time.perf_counter()
+    engine, layout, store = _setup(opts, engine)
+    pb = _load(store, batch)
+    _require_gate(opts, pb, "before", "merge_batch")
+    table_maps = store.read_table_maps(pb)
+    plans = {}
+    for name, info in sorted(pb.tables.items()):
+        if not info["has_pk"]:
+            continue
+        _refuse_partial_images(name, pb.conversions)
+        versions = table_maps[name][0]
+        history = store.read_history(pb, name)
+        plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))
+                       for seg in segments(history)]
+    if not pb.premerge:  # the state before the batch's first merge commit; kept across retries and restores
+        pb.premerge = {"registry_version": engine.version(layout.tables_path),
+                       "tables": {name: premerge_figures(engine, layout, pb.tables[name], plan)
+                                  for name, plan in plans.items()}}
+        store.save(pb)
+    registry = _Registry(engine, layout)
+    for name, plan in plans.items():
+        merges = _merge_segments(engine, layout, registry, name, plan, batch)
+        pb.committed.setdefault(name, {})["current"] = merges
+    registry.commit(batch)
+    pb.gates["merge"] = {"done": True}
+    pb.seconds["merge"] = time.perf_counter() - t0
+    store.save(pb)
+    return dict(pb.committed)
+
+
+def net_changes(plan: list[tuple]) -> tuple[list[str], pa.Table] | None:
+    """The batch's last change per key across its schema segments (keys, `_seq`, `_deleted`); None when the key
+    columns change name inside the batch."""
+    keys = key_names(plan[-1][1])
+    parts = []
+    for i, (_version, tm, data) in enumerate(plan):
+        if key_names(tm) != keys:
+            return None
+        parts.append(data.select([*keys, SEQ, DELETED]).append_column("_segment", pa.array([i] * data.num_rows,
+                                                                                          pa.int32())))
+    allrows = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    allrows = allrows.append_column("_i", pa.array(range(allrows.num_rows), pa.int64()))
+    last = allrows.group_by(keys, use_threads=False).aggregate([("_i", "max")])
+    return keys, allrows.take(last.column("_i_max")).drop_columns(["_segment", "_i"])
+
+
+def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: list[tuple]) -> dict:
+    """The current table's version and row count before the batch, and the net inserts and deletes the batch's
+    changes make by the merge rule (a change applies when newer than the row's `_seq`, an upsert of a deleted key
+    only when not older than its tombstone)."""
+    path = layout.current_path(info["database"], info["table"])
+    exists = engine.exists(path)
+    out: dict = {"version": engine.version(path) if exists else None, "count": 0, "inserts": None, "deletes": None}
+    net = net_changes(plan)
+    if net is None:
+        return out  # keys renamed in the batch: the count reconciliation is not evaluated
+    keys, changes = net
+    try:
+        target = engine.read(path, [*keys, SEQ]) if exists else None
+    except EngineError:
+        return out  # the table's key columns are renamed by this batch: not evaluated either
+    out["count"] = target.num_rows if target is not None else 0
+    joined = changes
+    if target is not None and target.num_rows:
+        joined = joined.join(target.rename_columns([*keys, "_t_seq"]), keys, join_type="left outer")
+    else:
+        joined = joined.append_column("_t_seq", pa.nulls(joined.num_rows, pa.int64()))
+    tpath = tombstone_path(path)
+    if exists and engine.exists(tpath):
+        tombs = engine.read(tpath, [*keys, SEQ]).rename_columns([*keys, "_d_seq"])
+        joined = joined.join(tombs, keys, join_type="left outer")
+    else:
+        joined = joined.append_column("_d_seq", pa.nulls(joined.num_rows, pa.int64()))
+    present = pc.is_valid(joined.column("_t_seq"))
+    newer = pc.fill_null(pc.greater(joined.column(SEQ), joined.column("_t_seq")), False)
+    deleted = joined.column(DELETED)
+    not_superseded = pc.invert(pc.fill_null(pc.less(joined.column(SEQ), joined.column("_d_seq")), False))
+    inserts = pc.and_(pc.and_(pc.invert(present), pc.invert(deleted)), not_superseded)
+    deletes = pc.and_(pc.and_(present, deleted), newer)
+    out["inserts"] = pc.sum(inserts.cast(pa.int64())).as_py() or 0
+    out["deletes"] = pc.sum(deletes.cast(pa.int64())).as_py() or 0
+    return out
+
+
+# -- publish ----------------------------------------------------------------------------------------------------
+
+def publish_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> RunSummary:
+    """Advance the control table (the watermark moves) and close the pending batch."""
+    t0 = time.perf_counter()
+    engine, layout, store = _setup(opts, engine)
+    pb = _load(store, batch)
+    if not pb.gates.get("merge", {}).get("done"):
+        raise StageOrderError(f"batch {batch}: publish_batch before merge_batch finished")
+    _require_gate(opts, pb, "after", "publish_batch")
+    ControlTable(engine, layout).record(pb.file_states(), batch)
+    pb.state = "published"
+    pb.seconds["publish"] = time.perf_counter() - t0
+    store.save(pb)
+    store.drop_data(pb)
+    return summary_of(pb)
+
+
+def summary_of(pb: PendingBatch) -> RunSummary:
+    summary = RunSummary(pb.batch, [f["file"] for f in pb.files])
+    for t, op, n in pb.counts:
+        summary.rows[(t, op)] = n
+    summary.history_only = sorted(name for name, t in pb.tables.items() if not t["has_pk"])
+    summary.statements = len(pb.statements)
+    summary.conversions = dict(pb.conversions)
+    summary.seconds = dict(pb.seconds)
+    summary.committed = {k: dict(v) for k, v in pb.committed.items()}
+    newest = [datetime.fromisoformat(t["newest_commit_ts"]) for t in pb.tables.values() if t.get("newest_commit_ts")]
+    if newest:
+        summary.lag_seconds = max(0.0, time.time() - max(newest).timestamp())
+    return summary
+
+
+# -- all stages -------------------------------------------------------------------------------------------------
+
+def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
+               progress: Progress = _quiet) -> RunSummary:
+    """prepare -> gate -> merge -> gate -> publish, in one process."""
+    started = time.perf_counter()
+    engine = engine or get_engine(opts.engine)
+    batch = prepare_batch(opts, executor, engine, progress)
+    if batch is None:
+        return RunSummary(None)
+    if opts.quality.enabled:
+        report = gate_before_merge(opts, batch, engine)
+        progress(f"batch {batch}: before-merge gate passed ({len(report.results)} expectations, "
+                 f"{report.seconds:.2f} s)")
+    merge_batch(opts, batch, engine)
+    if opts.quality.enabled:
+        report = gate_after_merge(opts, batch, engine)
+        progress(f"batch {batch}: after-merge gate passed ({len(report.results)} expectations, "
+                 f"{report.seconds:.2f} s)")
+    summary = publish_batch(opts, batch, engine)
+    summary.seconds["total"] = time.perf_counter() - started
+    return summary

@@ -1,0 +1,104 @@
+"""Gate settings carried by `IngestOptions.quality`, and the user expectations file (`schemas/expectations.yml`).
+
+The expectations file maps `db.table` to a list of Great Expectations expectations, each written as its GE name
+(snake case, as in GE's gallery) plus its keyword arguments; see schemas/expectations.md:
+
+    tables:
+      shop.orders:
+        - expect_column_values_to_be_between: {column: amount, min_value: 0, max_value: 100000}
+        - expect_column_values_to_be_in_set: {column: status, value_set: [new, paid, shipped]}
+
+They are applied in the before-merge gate to the batch's rows (the row after each insert/update; deletes are
+left out, the deleted row is no longer data the table holds).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ExpectationsFileError(ValueError):
+    """The user expectations file is malformed (names the file and the entry)."""
+
+
+@dataclass
+class AlertConfig:
+    """Where alerts go besides the log line: an HTTP webhook (JSON POST) and/or email through an SMTP server."""
+
+    webhook_url: str | None = None
+    webhook_timeout: float = 10.0
+    email_to: list[str] = field(default_factory=list)
+    email_from: str = "binlake@localhost"
+    smtp_host: str | None = None
+    smtp_port: int = 25
+
+
+@dataclass
+class QualityConfig:
+    """Gate settings. `max_lag_seconds` None disables the freshness expectation (a backfill of old binlogs would
+    otherwise always fail it); `expectations` is the user expectations file (None: none)."""
+
+    enabled: bool = True
+    max_lag_seconds: float | None = None
+    expectations: str | None = None
+    alerts: AlertConfig = field(default_factory=AlertConfig)
+    sample_size: int = 20  # failing values kept per expectation in results and alerts
+
+
+@dataclass(frozen=True)
+class UserExpectation:
+    table: str
+    name: str  # GE snake-case name, e.g. expect_column_values_to_be_between
+    kwargs: dict[str, Any]
+
+
+def load_expectations(path: str | None) -> dict[str, list[UserExpectation]]:
+    """`db.table` -> the user's expectations for it. YAML (.yml/.yaml) or JSON; validated against GE."""
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.exists():
+        raise ExpectationsFileError(f"expectations file {p} does not exist")
+    text = p.read_text()
+    try:
+        if p.suffix in (".yml", ".yaml"):
+            import yaml
+
+            doc = yaml.safe_load(text) or {}
+        else:
+            doc = json.loads(text)
+    except Exception as exc:
+        raise ExpectationsFileError(f"{p}: not valid {'YAML' if p.suffix != '.json' else 'JSON'}: {exc}") from None
+    tables = doc.get("tables") if isinstance(doc, dict) else None
+    if not isinstance(tables, dict):
+        raise ExpectationsFileError(f"{p}: expected a top-level 'tables:' mapping of db.table to a list")
+    out: dict[str, list[UserExpectation]] = {}
+    for table, entries in tables.items():
+        if "." not in str(table):
+            raise ExpectationsFileError(f"{p}: table key {table!r} must be db.table")
+        if not isinstance(entries, list):
+            raise ExpectationsFileError(f"{p}: tables.{table} must be a list of expectations")
+        for i, entry in enumerate(entries):
+            where = f"{p}: tables.{table}[{i}]"
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise ExpectationsFileError(f"{where}: each entry is one 'expect_...: {{kwargs}}' mapping")
+            (name, kwargs), = entry.items()
+            if not isinstance(kwargs, dict):
+                raise ExpectationsFileError(f"{where}: arguments of {name} must be a mapping")
+            expectation_class(name, where)  # fail now, not at the first batch
+            out.setdefault(str(table), []).append(UserExpectation(str(table), str(name), dict(kwargs)))
+    return out
+
+
+def expectation_class(name: str, where: str = "") -> type:
+    """The GE expectation class for a snake-case name (expect_column_values_to_be_between)."""
+    import great_expectations as gx
+
+    camel = "".join(part.capitalize() for part in str(name).split("_"))
+    cls = getattr(gx.expectations, camel, None)
+    if not str(name).startswith("expect_") or cls is None:
+        raise ExpectationsFileError(f"{where}: {name!r} is not a Great Expectations expectation")
+    return cls

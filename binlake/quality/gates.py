@@ -1,0 +1,282 @@
+"""The gates: Great Expectations suites run on every batch, before the merge (on the decoded batch) and after it
+(on the merged current tables). A failing gate stops the batch (see pipeline.py and quarantine.py).
+
+Before merge, per table:
+  pk_not_null            primary key columns are not null
+  one_row_per_key        the net-change reduction (merge input) holds one row per key in each schema segment
+  seq_increasing         change positions strictly increase within each file (no event twice) and lie inside
+                         the range of the file this batch decoded
+  schema_version         every row was named by a schema version (or by the server's column names)
+  no_decode_errors       no value the decoder could not decode (undecodable text)
+  no_statement_dml       no statement-based DML touching the table (it cannot become rows)
+  history_tally          history rows written per op equal the decoder's own count
+  user:<expectation>     the table's entries of the user expectations file (rows after each insert/update)
+and batch-wide: event_types_handled (no unknown, LOAD DATA or INCIDENT events).
+After merge, per table with a primary key:
+  pk_unique              the primary key is unique in the current table
+  count_reconciles       rows now = rows before + net inserts - net deletes of the batch (by the merge rule)
+  columns_match          columns and types equal the schema version in force at the batch end
+  freshness              newest `_commit_ts` within `max_lag_seconds` of the batch end (when configured)
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .config import QualityConfig, UserExpectation, expectation_class, load_expectations
+from .runner import Check, ExpectationResult, validate
+
+BEFORE, AFTER = "before merge", "after merge"
+BATCH_TABLE = "(batch)"
+ORDER_COLUMNS = ["_file_seq", "_pos", "_sub", "_row"]
+UNHANDLED_EVENTS = ["LOAD", "NEW_LOAD", "CREATE_FILE", "APPEND_BLOCK", "EXEC_LOAD", "DELETE_FILE",
+                    "BEGIN_LOAD_QUERY", "EXECUTE_LOAD_QUERY", "INCIDENT"]
+DECODE_ERRORS = ("undecodable_text",)
+
+
+@dataclass
+class GateReport:
+    batch: int
+    stage: str
+    results: list[ExpectationResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def success(self) -> bool:
+        return all(r.success for r in self.results)
+
+    @property
+    def failures(self) -> list[ExpectationResult]:
+        return [r for r in self.results if not r.success]
+
+
+class GateFailed(Exception):
+    """A gate failed: carries the table (the first failing one), the batch and the failing expectations."""
+
+    def __init__(self, report: GateReport) -> None:
+        self.report = report
+        self.batch = report.batch
+        self.stage = report.stage
+        self.failures = report.failures
+        self.table = self.failures[0].table if self.failures else None
+        tables = sorted({f.table for f in self.failures})
+        lines = "\n".join("  " + f.line() for f in self.failures)
+        super().__init__(f"quality gate {report.stage} failed: batch {report.batch}, table(s) {', '.join(tables)}; "
+                         f"the batch is quarantined (binlake quarantine show {report.batch}):\n{lines}")
+
+
+def _gx():
+    import great_expectations as gx
+
+    return gx.expectations
+
+
+def _unique(columns: list[str]):
+    e = _gx()
+    if len(columns) == 1:
+        return e.ExpectColumnValuesToBeUnique(column=columns[0])
+    return e.ExpectCompoundColumnsToBeUnique(column_list=columns)
+
+
+def _keys(tm) -> list[str]:
+    return [tm.columns[i].key for i in (tm.primary_key or [])]
+
+
+# -- before merge -------------------------------------------------------------------------------------------
+
+def before_merge_gate(pb, store, opts) -> GateReport:
+    """Run every before-merge expectation on the pending batch `pb` (binlake.lake.pending)."""
+    from ..lake.current import merge_input, segments
+
+    t0 = time.perf_counter()
+    config: QualityConfig = opts.quality
+    user = load_expectations(config.expectations)
+    report = GateReport(pb.batch, BEFORE)
+    report.results += _event_checks(pb, config)
+    table_maps = store.read_table_maps(pb)
+    tally = {(t, op): n for t, op, n in pb.counts}
+    ranges = {f["file_seq"]: (f["start_pos"], f["end_pos"]) for f in pb.files}
+    for name, info in sorted(pb.tables.items()):
+        versions, last_tm = table_maps[name]
+        history = store.read_history(pb, name)
+        keys = _keys(last_tm) if info["has_pk"] else []
+        report.results += _history_checks(name, history, versions, keys, ranges, user.get(name, []), config)
+        if keys:
+            parts = []
+            for i, seg in enumerate(segments(history)):
+                tm = versions[seg.version]
+                if _keys(tm) == keys:
+                    data = merge_input(seg.rows, tm).select(keys)
+                    parts.append(data.append_column("_segment", pa.array([i] * data.num_rows, pa.int32())))
+            if parts:
+                frame = pa.concat_tables(parts).to_pandas()
+                report.results += validate(frame, [Check("one_row_per_key", "one row per key after the net-change "
+                                                         "reduction", _unique(["_segment", *keys]))],
+                                           BEFORE, name, config.sample_size)
+        report.results += _tally_checks(name, history, tally, config)
+        report.results += _problem_checks(name, info, pb, config)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _event_checks(pb, config: QualityConfig) -> list[ExpectationResult]:
+    import pandas as pd
+
+    e = _gx()
+    names = sorted(pb.event_types)
+    frame = pd.DataFrame({"event_type": pd.Series(names, dtype=object)})
+    return validate(frame, [
+        Check("event_types_handled", "no LOAD DATA or INCIDENT events (changes that cannot become rows)",
+              e.ExpectColumnValuesToNotBeInSet(column="event_type", value_set=UNHANDLED_EVENTS)),
+        Check("event_types_handled", "no unknown (ignorable-flagged) event types",
+              e.ExpectColumnValuesToNotMatchRegex(column="event_type", regex=r"^(inner:)?type\d+$")),
+    ], BEFORE, BATCH_TABLE, config.sample_size)
+
+
+def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str], ranges: dict,
+                    user: list[UserExpectation], config: QualityConfig) -> list[ExpectationResult]:
+    e = _gx()
+    user_columns = {u.kwargs[k] for u in user for k in ("column", "column_A", "column_B") if k in u.kwargs}
+    user_columns |= {c for u in user for c in u.kwargs.get("column_list", [])}
+    wanted = [*keys, *ORDER_COLUMNS, "_schema_version", "_op", *sorted(user_columns - set(keys))]
+    cols = [c for c in dict.fromkeys(wanted) if c in history.column_names]
+    data = history.select(cols)
+    # Rows whose columns the server named (FULL metadata, no timeline) have no schema version and need none.
+    server_named = [v for v, tm in versions.items() if v is None and tm.names_from_server]
+    named_by = data.column("_schema_version")
+    if server_named:
+        named_by = pc.fill_null(named_by, "server")
+    data = data.append_column("_named_by", named_by)
+    frame = data.to_pandas()
+    checks = [Check("pk_not_null", f"primary key column {k} is not null", e.ExpectColumnValuesToNotBeNull(column=k))
+              for k in keys]
+    checks.append(Check("seq_increasing", "change positions strictly increase within each file",
+                        e.ExpectCompoundColumnsToBeUnique(column_list=ORDER_COLUMNS)))
+    for seq in sorted(set(pc.unique(data.column("_file_seq")).to_pylist())):
+        start, end = ranges.get(seq, (None, None))
+        checks.append(Check("seq_increasing", f"positions of file #{seq} lie in the range this batch decoded",
+                            e.ExpectColumnValuesToBeBetween(column="_pos", min_value=start, max_value=end,
+                                                            row_condition=f"_file_seq=={seq}",
+                                                            condition_parser="pandas")))
+    checks.append(Check("schema_version", "every row was named by a schema version",
+                        e.ExpectColumnValuesToNotBeNull(column="_named_by")))
+    results = validate(frame, checks, BEFORE, name, config.sample_size)
+    if user:
+        rows = frame[frame["_op"] != "delete"]
+        user_checks = [Check(f"user:{u.name}", "user expectation (schemas/expectations)",
+                             expectation_class(u.name)(**u.kwargs)) for u in user]
+        results += validate(rows, user_checks, BEFORE, name, config.sample_size)
+    return results
+
+
+def _tally_checks(name: str, history: pa.Table, tally: dict, config: QualityConfig) -> list[ExpectationResult]:
+    import pandas as pd
+
+    written = {r["_op"]: r["_op_count"] for r in history.group_by("_op").aggregate([("_op", "count")]).to_pylist()}
+    ops = sorted(set(written) | {op for t, op in tally if t == name})
+    frame = pd.DataFrame({"op": ops, "written": [written.get(op, 0) for op in ops],
+                          "tally": [tally.get((name, op), 0) for op in ops]})
+    return validate(frame, [Check("history_tally", "history rows per op equal the decoder's own count",
+                                  _gx().ExpectColumnPairValuesToBeEqual(column_A="written", column_B="tally"))],
+                    BEFORE, name, config.sample_size)
+
+
+def _mentions(query: str | None, database: str | None, db: str, table: str) -> bool:
+    if not query:
+        return False
+    q = query.replace("`", "")
+    if re.search(rf"\b{re.escape(db)}\s*\.\s*{re.escape(table)}\b", q, re.I):
+        return True
+    return database == db and re.search(rf"\b{re.escape(table)}\b", q, re.I) is not None
+
+
+def _problem_checks(name: str, info: dict, pb, config: QualityConfig) -> list[ExpectationResult]:
+    import pandas as pd
+
+    e = _gx()
+    db, table = info["database"], info["table"]
+    errors = [f"{k} x{n}" for k, n in sorted(pb.conversions.items())
+              if k.split(":", 1)[0] in DECODE_ERRORS and k.split(":", 1)[1].startswith(name + ".")]
+    statements = [f"{s['file']}:{s['pos']}: {s.get('query')}" for s in pb.statements
+                  if _mentions(s.get("query"), s.get("database"), db, table)]
+    results = validate(pd.DataFrame({"problem": pd.Series(errors, dtype=object)}),
+                       [Check("no_decode_errors", "no values the decoder could not decode",
+                              e.ExpectTableRowCountToEqual(value=0))], BEFORE, name, config.sample_size)
+    results += validate(pd.DataFrame({"statement": pd.Series(statements, dtype=object)}),
+                        [Check("no_statement_dml", "no statement-based DML for the table (cannot become rows)",
+                               e.ExpectTableRowCountToEqual(value=0))], BEFORE, name, config.sample_size)
+    for r, found in ((results[0], errors), (results[1], statements)):
+        if found:
+            r.sample = found[:config.sample_size]
+    return results
+
+
+# -- after merge --------------------------------------------------------------------------------------------
+
+def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
+    """Run every after-merge expectation on the current tables the batch merged into."""
+    import pandas as pd
+
+    from ..lake.current import current_schema
+    from ..lake.engines import SEQ
+
+    t0 = time.perf_counter()
+    config: QualityConfig = opts.quality
+    e = _gx()
+    report = GateReport(pb.batch, AFTER)
+    table_maps = store.read_table_maps(pb)
+    batch_end = datetime.fromisoformat(pb.prepared_at)
+    for name, info in sorted(pb.tables.items()):
+        if not info["has_pk"]:
+            continue
+        _versions, last_tm = table_maps[name]
+        keys = _keys(last_tm)
+        path = layout.current_path(info["database"], info["table"])
+        schema = _table_schema(engine, path)
+        current = engine.read(path, [c for c in [*keys, "_commit_ts"] if c in schema.names])
+        frame = current.to_pandas()
+        checks = [Check("pk_unique", "primary key unique in the current table", _unique(keys))]
+        expected = pa.schema([*current_schema(last_tm), pa.field(SEQ, pa.int64())])
+        checks.append(Check("columns_match", "columns equal the schema version in force at the batch end",
+                            e.ExpectTableColumnsToMatchSet(column_set=expected.names, exact_match=True)))
+        results = validate(frame, checks[:1], AFTER, name, config.sample_size)
+        results += validate(pd.DataFrame({c: [] for c in schema.names}), checks[1:], AFTER, name, config.sample_size)
+        types = [(f.name, str(f.type), str(schema.field(f.name).type)) for f in expected if f.name in schema.names]
+        results += validate(pd.DataFrame(types, columns=["column", "expected_type", "actual_type"]),
+                            [Check("columns_match", "column types equal the schema version's",
+                                   e.ExpectColumnPairValuesToBeEqual(column_A="expected_type",
+                                                                     column_B="actual_type"))],
+                            AFTER, name, config.sample_size)
+        pre = pb.premerge.get("tables", {}).get(name, {})
+        if pre.get("inserts") is not None:
+            want = pre["count"] + pre["inserts"] - pre["deletes"]
+            figures = pd.DataFrame({"rows": [current.num_rows], "expected": [want]})
+            results += validate(figures, [Check(
+                "count_reconciles", f"rows = {pre['count']} before + {pre['inserts']} net inserts - "
+                f"{pre['deletes']} net deletes", e.ExpectColumnPairValuesToBeEqual(column_A="rows",
+                                                                                  column_B="expected"))],
+                AFTER, name, config.sample_size)
+        if config.max_lag_seconds is not None and current.num_rows:
+            newest = pc.max(current.column("_commit_ts")).as_py()
+            lag = (batch_end - newest).total_seconds()
+            results += validate(pd.DataFrame({"lag_seconds": [lag]}), [Check(
+                "freshness", f"newest _commit_ts ({newest.isoformat()}) within {config.max_lag_seconds:g} s of the "
+                f"batch end ({batch_end.isoformat()})",
+                e.ExpectColumnValuesToBeBetween(column="lag_seconds", max_value=config.max_lag_seconds))],
+                AFTER, name, config.sample_size)
+        report.results += results
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _table_schema(engine, path: str) -> pa.Schema:
+    getter = getattr(engine, "table_schema", None)
+    if getter is not None:
+        return getter(path)
+    return engine.read(path).schema

@@ -1,0 +1,98 @@
+"""Quarantine: a batch that failed a gate is held back with the evidence, and released by an operator.
+
+On failure the batch's files are marked `quarantined` in the control table with the failing expectations as
+their last error (their `end_pos`, the watermark, does not move), the pending batch records the failures, and an
+alert goes out per failing table. No new batch starts while one is quarantined (it would decode the same changes
+again). `release` marks the files `decoded` again and (by default) runs the batch's remaining stages at once:
+the gates run again, and a batch that now passes is merged and published exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+from ..lake.control import ControlTable, FileState
+from .alerts import Alert, send_alert
+from .config import AlertConfig
+from .runner import ExpectationResult
+
+
+class BatchQuarantined(RuntimeError):
+    """The pipeline's pending batch is quarantined: inspect and release it (`binlake quarantine`)."""
+
+    def __init__(self, batch: int, info: dict | None) -> None:
+        self.batch = batch
+        self.info = info or {}
+        failures = self.info.get("failures") or []
+        first = failures[0] if failures else {}
+        super().__init__(
+            f"batch {batch} is quarantined ({self.info.get('stage', '?')} gate: {len(failures)} failing "
+            f"expectation(s), first: table {first.get('table')}, {first.get('gate')}); nothing new is ingested "
+            f"until it is released: binlake quarantine show {batch} / binlake quarantine release {batch}")
+
+
+def _mark(engine, layout, pb, status: str, error: str | None) -> None:
+    """One control-table event for the batch's files (their end_pos stays where the previous batch left it)."""
+    pb.control_events += 1
+    states = []
+    for f in pb.files:
+        st = FileState(f["instance"], f["lineage"], f["file"], f["file_seq"], f["size"], status,
+                       f["start_pos"], f["previous_complete"], pb.batch, f.get("attempts", 0), error)
+        if status == "quarantined":
+            st.attempts += 1
+            f["attempts"] = st.attempts
+        states.append(st)
+    ControlTable(engine, layout).record(states, pb.batch, event=pb.control_events)
+
+
+def quarantine_batch(engine, layout, store, pb, stage: str, failures: list[ExpectationResult],
+                     alerts: AlertConfig | None, lake: str) -> dict:
+    """Mark the batch quarantined (control table, then the pending batch) and alert. Returns alert outcomes."""
+    error = f"{stage} gate: " + "; ".join(f.line() for f in failures)
+    _mark(engine, layout, pb, "quarantined", error[:4000])
+    pb.state = "quarantined"
+    pb.quarantine = {"stage": stage, "at": datetime.now(UTC).isoformat(),
+                     "failures": [asdict(f) for f in failures], "alerts": {}}
+    store.save(pb)
+    outcomes = {}
+    for table in sorted({f.table for f in failures}):
+        alert = Alert(table, pb.batch, stage, [{"expectation": f.expectation, "gate": f.gate, "kwargs": f.kwargs,
+                                                "unexpected_count": f.unexpected_count, "observed": f.observed,
+                                                "sample": f.sample[:5], "error": f.error}
+                                               for f in failures if f.table == table], lake, pb.pipeline)
+        outcomes[table] = send_alert(alerts, alert)
+    pb.quarantine["alerts"] = outcomes
+    store.save(pb)
+    return outcomes
+
+
+def quarantined(lake: str, pipeline: str = "default") -> list:
+    """Pending batches of the pipeline that are quarantined (binlake.lake.pending.PendingBatch)."""
+    from ..lake.pending import BatchStore
+
+    return [pb for pb in BatchStore(lake, pipeline).unpublished() if pb.state == "quarantined"]
+
+
+def release_batch(opts, batch: int, engine=None, run: bool = True, executor=None, progress=lambda _m: None):
+    """Release a quarantined batch; with `run`, re-run its remaining stages now (gates, merge, publish) and
+    return the RunSummary (the batch fails again with GateFailed if the gates still fail)."""
+    from ..lake.engines import get_engine
+    from ..lake.layout import LakeLayout
+    from ..lake.pending import BatchStore
+
+    engine = engine or get_engine(opts.engine)
+    store = BatchStore(opts.lake, opts.pipeline)
+    pb = store.load(batch)
+    if pb.state != "quarantined":
+        raise ValueError(f"batch {batch} is not quarantined (state: {pb.state})")
+    _mark(engine, LakeLayout(opts.lake, opts.pipeline), pb, "decoded", None)
+    pb.state = "released"
+    pb.quarantine = {**(pb.quarantine or {}), "released_at": datetime.now(UTC).isoformat()}
+    store.save(pb)
+    if not run:
+        return None
+    from ..lake.pipeline import run_ingest
+
+    kwargs = {"executor": executor} if executor else {}
+    return run_ingest(opts, engine=engine, progress=progress, **kwargs)
