@@ -31,6 +31,7 @@ import oss2
 from ..binlog.constants import MAGIC
 from .base import ChecksumMismatchError, SourceError, SourceFile, safe_file_name
 from .checksum import Crc64, crc64_file
+from .landing import already_landed, commit_landed, landed_path, part_path
 from .oss_client import OssLocation, OssSettings, describe, is_transient, with_retries
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -142,16 +143,19 @@ class OssSource:
         return self._fetch_local(f, Path(landing))
 
     def _fetch_local(self, f: SourceFile, landing: Path) -> str:
-        name = safe_file_name(f.name, f.location or self.location.url())
-        landing.mkdir(parents=True, exist_ok=True)
-        target = landing / name
+        """Into `LANDING/<instance>/<lineage>/<file>` (the landing layout shared by every source)."""
+        safe_file_name(f.name, f.location or self.location.url())
+        target = landed_path(landing, self.instance, f)
         if target.exists():
+            if already_landed(target, f):
+                return str(target)
             problem = _verify(target, f)
             if problem:
                 raise ChecksumMismatchError(f"{target} is already landed but differs from {f.location}: {problem}; "
                                             "not overwriting it (move it away to fetch again)")
             return str(target)
-        part = landing / f".{name}.part"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = part_path(target)
         if part.exists() and f.size is not None and part.stat().st_size > f.size:
             part.unlink()
         key = f.extra.get("key") or self.location.key(f.name)
@@ -172,28 +176,35 @@ class OssSource:
             part.unlink()
             raise ChecksumMismatchError(f"{f.location}: downloaded bytes fail verification: {problem} "
                                         "(temp file removed; the next fetch starts over)")
-        os.replace(part, target)
-        return str(target)
+        return str(commit_landed(part, target, f))
 
     def _fetch_to_oss(self, f: SourceFile, dest: OssLocation) -> str:
-        name = safe_file_name(f.name, f.location or self.location.url())
+        """Into `oss://bucket/prefix/<instance>/<lineage>/<file>`, streamed (no local copy)."""
+        name = _landing_name(self.instance, f)
         target = _landed_object(self.settings, dest, name, f)
         if target is not None:
             return target
-        reader = ResumingObjectReader(self.bucket, f.extra.get("key") or self.location.key(name),
+        reader = ResumingObjectReader(self.bucket, f.extra.get("key") or self.location.key(f.name),
                                       f.extra.get("etag"), f.size, self.settings.retries)
         return _put_landed(self.settings, dest, name, f, _SizedStream(reader, f.size))
 
 
-def upload_landed(path: str | Path, landing: str, f: SourceFile | None = None,
-                  settings: OssSettings | None = None) -> str:
-    """Store a verified local landed file under an OSS landing prefix (with its time span as metadata);
-    returns its `oss://` location. Idempotent: an identical object already there is kept."""
+def _landing_name(instance: str, f: SourceFile) -> str:
+    """`<instance>/<lineage>/<file>`, each part checked like a local landing path."""
+    origin = f.location or f.name
+    return "/".join((safe_file_name(instance, "instance id"), safe_file_name(f.lineage, "lineage"),
+                     safe_file_name(f.name, origin)))
+
+
+def upload_landed(path: str | Path, landing: str, f: SourceFile | None = None, settings: OssSettings | None = None,
+                  instance: str = "default") -> str:
+    """Store a verified local landed file under an OSS landing prefix, as `<instance>/<lineage>/<file>` with its
+    time span as metadata; returns its `oss://` location. Idempotent: an identical object already there is kept."""
     path = Path(path)
     settings = settings or OssSettings.from_env()
     dest = OssLocation.parse(landing)
-    name = safe_file_name(path.name, str(path))
-    f = f or SourceFile(name=name, location=str(path))
+    f = f or SourceFile(name=safe_file_name(path.name, str(path)), location=str(path))
+    name = _landing_name(instance, f)
     f.size = path.stat().st_size
     f.checksum = crc64_file(path)
     existing = _landed_object(settings, dest, name, f)

@@ -78,8 +78,9 @@ class OssServer:
     """Start with `OssServer(...).start()` or as a context manager; `endpoint` is the URL to give oss2."""
 
     def __init__(self, access_key_id: str = "test-ak", access_key_secret: str = "test-secret",
-                 region: str = "cn-hangzhou", buckets: tuple[str, ...] = ("binlake",)) -> None:
-        self.region = region
+                 region: str = "cn-hangzhou", buckets: tuple[str, ...] = ("binlake",), host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        self.region, self.host, self.port = region, host, port
         self.users: dict[str, tuple[str, set[str] | None]] = {access_key_id: (access_key_secret, None)}
         self.buckets: dict[str, dict[str, StoredObject]] = {b: {} for b in buckets}
         self.faults: dict[tuple[str, str], list[Fault]] = {}
@@ -91,7 +92,7 @@ class OssServer:
     # lifecycle
     def start(self) -> OssServer:
         handler = type("BoundOssHandler", (_Handler,), {"oss": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="oss-server", daemon=True)
         self._thread.start()
@@ -112,7 +113,8 @@ class OssServer:
     @property
     def endpoint(self) -> str:
         assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self._httpd.server_address[1]}"
 
     # test controls
     def add_user(self, access_key_id: str, secret: str, buckets: set[str] | None = None) -> None:
@@ -510,3 +512,31 @@ def _list(oss: OssServer, bucket: str, prefix: str, delimiter: str, max_keys: in
             contents.append((key, obj))
             last = (key, False)
     return contents, prefixes, False, last
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m binlake.testing.oss_server`: serve until interrupted (the compose stack's `oss` service)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="OSS-compatible object server for trying binlake (in memory)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8091)
+    p.add_argument("--bucket", action="append", help="bucket to create (repeatable; default binlake)")
+    p.add_argument("--access-key-id", default="test-ak")
+    p.add_argument("--access-key-secret", default="test-secret")
+    p.add_argument("--region", default="cn-hangzhou", help="region V4 signatures must name")
+    args = p.parse_args(argv)
+    server = OssServer(args.access_key_id, args.access_key_secret, args.region, tuple(args.bucket or ["binlake"]),
+                       args.host, args.port).start()
+    print(f"oss server on {args.host}:{args.port}, buckets {', '.join(server.buckets)}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,7 +19,6 @@ import pytest
 from binlake.binlog.output import image_to_dict
 from binlake.cli import main
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
 from binlake.lake.layout import LakeLayout
 from binlake.schema.api import build_resolver
 from binlake.schema.store import SnapshotStore, open_schemas
@@ -221,12 +220,14 @@ def test_stream_and_fetch_survive_dropped_connections(oss_server, binlogs, tmp_p
 
     # A fetch resumes an earlier partial download and a drop in the middle, and lands identical bytes.
     landing = tmp_path / "landing"
-    landing.mkdir()
-    (landing / f".{big.name}.part").write_bytes(data[:50_000])
+    landed_dir = landing / "drop" / "default"  # LANDING/<instance>/<lineage>/, the instance named by the prefix
+    landed_dir.mkdir(parents=True)
+    (landed_dir / f".{big.name}.part").write_bytes(data[:50_000])
     oss_server.inject(BUCKET, key, "drop", after=100_000)
     start = len(oss_server.requests)
     path = source.fetch(f, str(landing))
-    assert Path(path).read_bytes() == data and sorted(p.name for p in landing.iterdir()) == [big.name]
+    assert path == str(landed_dir / big.name) and Path(path).read_bytes() == data
+    assert sorted(p.name for p in landed_dir.iterdir()) == [big.name, f"{big.name}.source.json"]
     ranges = [r.range for r in oss_server.requests[start:] if r.key == key]
     assert ranges[0] == "bytes=50000-" and ranges[1] == f"bytes={50_000 + 100_000 // 65536 * 65536}-"
     start = len(oss_server.requests)
@@ -243,15 +244,17 @@ def test_wrong_content_is_rejected_and_nothing_is_landed(oss_server, binlogs, tm
     oss_server.inject(BUCKET, key, "corrupt", after=500)
     with pytest.raises(ChecksumMismatchError, match="CRC-64"):
         source.fetch(f, str(tmp_path))
-    assert list(tmp_path.iterdir()) == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
     oss_server.inject(BUCKET, key, "corrupt", after=500)
     with pytest.raises(ChecksumMismatchError), source.open(f) as stream:
         stream.read()
     assert Path(source.fetch(f, str(tmp_path))).read_bytes() == files[0].read_bytes()
-    # A landed file that differs from the source is never overwritten.
-    (tmp_path / files[0].name).write_bytes(b"\xfebin different")
+    # A file already in the landing place that differs from the source is never overwritten.
+    other = tmp_path / "other"
+    (other / "bad" / "default").mkdir(parents=True)
+    (other / "bad" / "default" / files[0].name).write_bytes(b"\xfebin different")
     with pytest.raises(ChecksumMismatchError, match="not overwriting"):
-        source.fetch(f, str(tmp_path))
+        source.fetch(f, str(other))
     # Object names that are not plain file names never become paths.
     with pytest.raises(SourceError, match="refusing"):
         source.fetch(type(f)(name="../escape.000001", location="x"), str(tmp_path))
@@ -264,22 +267,22 @@ def test_oss_as_landing_storage(oss_server, binlogs, tmp_path) -> None:
     listed = source.list_files()
     oss_server.inject(BUCKET, f"src/land/{files[0].name}", "drop", after=3000)
     landed = [source.fetch(f, f"oss://{BUCKET}/landing/inst") for f in listed]
-    assert landed == [f"oss://{BUCKET}/landing/inst/{f.name}" for f in files[:2]]
+    assert landed == [f"oss://{BUCKET}/landing/inst/land/default/{f.name}" for f in files[:2]]
     for f, src in zip(listed, files[:2], strict=True):
-        obj = oss_server.get(BUCKET, f"landing/inst/{src.name}")
+        obj = oss_server.get(BUCKET, f"landing/inst/land/default/{src.name}")
         assert obj.data == src.read_bytes()
         assert obj.meta["x-oss-meta-binlog-begin"] == f.begin.isoformat()
     puts = sum(r.method == "PUT" for r in oss_server.requests)
     assert source.fetch(listed[0], f"oss://{BUCKET}/landing/inst") == landed[0]  # idempotent
     assert sum(r.method == "PUT" for r in oss_server.requests) == puts
     # The landing prefix is itself a source: the time span travels in the metadata.
-    again = OssSource(f"oss://{BUCKET}/landing/inst", settings(oss_server)).list_files()
+    again = OssSource(f"oss://{BUCKET}/landing/inst/land/default", settings(oss_server)).list_files()
     assert [(f.name, f.begin, f.checksum) for f in again] == [(f.name, f.begin, f.checksum) for f in listed]
     # A local landed file uploaded to a landing prefix (V1 this time).
     local = source.fetch(listed[1], str(tmp_path))
-    url = upload_landed(local, f"oss://{BUCKET}/landing/v1", settings=settings(oss_server, "v1"))
-    assert oss_server.get(BUCKET, f"landing/v1/{files[1].name}").data == files[1].read_bytes()
-    assert url == f"oss://{BUCKET}/landing/v1/{files[1].name}"
+    url = upload_landed(local, f"oss://{BUCKET}/landing/v1", settings=settings(oss_server, "v1"), instance="land")
+    assert oss_server.get(BUCKET, f"landing/v1/land/default/{files[1].name}").data == files[1].read_bytes()
+    assert url == f"oss://{BUCKET}/landing/v1/land/default/{files[1].name}"
 
 
 def test_settings_come_from_the_environment_and_never_show_the_secret(oss_server, monkeypatch) -> None:
@@ -330,21 +333,27 @@ def test_snapshot_store_round_trip_on_oss(oss_server, mariadb_servers, capsys) -
 
 # --- ingest from a bucket ---------------------------------------------------------------------------------------
 
-def test_ingest_from_oss_equals_select(oss_server, binlogs, tmp_path) -> None:
+def test_binlake_ingest_from_an_oss_prefix_equals_select(oss_server, binlogs, tmp_path, capsys) -> None:
     server, files = binlogs
     _upload(oss_server, "rds/oss_db", files)
-    source = OssSource(f"oss://{BUCKET}/rds/oss_db", settings(oss_server))
-    listed = source.list_files()
-    assert [f.name for f in listed] == [f.name for f in files]
-    oss_server.inject(BUCKET, f"rds/oss_db/{files[0].name}", "drop", after=1000)
-    landed = [source.fetch(f, str(tmp_path / "landing")) for f in listed]
-    lake = tmp_path / "lake"
-    result = run_ingest(IngestOptions(lake=str(lake), files=landed, databases={"oss_db"}))
-    assert result.batch == 0
+    oss_server.inject(BUCKET, f"rds/oss_db/{files[-1].name}", "drop", after=100_000)
+    lake, landing = tmp_path / "lake", tmp_path / "landing"
+    argv = ["ingest", "--source", f"oss://{BUCKET}/rds/oss_db", "--landing", str(landing), "--lake", str(lake),
+            "--databases", "oss_db"]
+    assert main(argv) == 0  # endpoint and keys from the OSS_* environment, V4 signatures
+    assert sorted(p.name for p in (landing / "oss_db" / "default").glob("mysql-bin.*[0-9]")) == [
+        f.name for f in files]
     with server.connect("oss_db") as conn, conn.cursor() as cur:
         cur.execute("SELECT * FROM orders")
         names = [d[0] for d in cur.description]
         expected = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
     current = get_engine().read(LakeLayout(str(lake)).current_path("oss_db", "orders")).to_pylist()
     got = {r["id"]: {k: v for k, v in r.items() if not k.startswith("_")} for r in current}
-    assert expected and normalize(got) == normalize(expected)
+    assert len(expected) > 6000 and normalize(got) == normalize(expected)
+    # A second run downloads nothing and ingests nothing new.
+    capsys.readouterr()
+    start = len(oss_server.requests)
+    assert main(argv) == 0
+    assert not [r for r in oss_server.requests[start:] if r.method == "GET" and r.key and not r.range]
+    current_again = get_engine().read(LakeLayout(str(lake)).current_path("oss_db", "orders")).to_pylist()
+    assert len(current_again) == len(current)
