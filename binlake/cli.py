@@ -141,8 +141,29 @@ def ingest_options(args: argparse.Namespace):
         lake=args.lake, files=files, schemas=args.schemas, instance=instance, lineage=lineage, engine=args.engine,
         pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
         databases={d.strip() for d in args.databases.split(",")} if args.databases else None,
-        split_bytes=args.split_mb << 20,
+        split_bytes=args.split_mb << 20, quality=quality_config(args),
     )
+
+
+def _add_quality_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--expectations", help="user expectations file (schemas/expectations.yml format)")
+    p.add_argument("--max-lag", type=float, help="freshness gate: newest change at most this many seconds older "
+                   "than the batch end (default: not checked)")
+    p.add_argument("--alert-webhook", help="URL that gate-failure alerts are POSTed to (JSON)")
+    p.add_argument("--alert-email", action="append", default=[], help="alert recipient (needs --smtp-host)")
+    p.add_argument("--smtp-host", help="SMTP server for alert emails (host or host:port)")
+    p.add_argument("--no-gates", action="store_true", help="skip the quality gates")
+
+
+def quality_config(args: argparse.Namespace):
+    """The gates' settings from `_add_quality_options` arguments."""
+    from .quality.config import AlertConfig, QualityConfig
+
+    host, _, port = (getattr(args, "smtp_host", None) or "").partition(":")
+    alerts = AlertConfig(webhook_url=getattr(args, "alert_webhook", None), email_to=getattr(args, "alert_email", []),
+                         smtp_host=host or None, smtp_port=int(port or 25))
+    return QualityConfig(enabled=not getattr(args, "no_gates", False), max_lag_seconds=getattr(args, "max_lag", None),
+                         expectations=getattr(args, "expectations", None), alerts=alerts)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -191,6 +212,42 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     table = run_query(args.lake, args.sql, engine=args.engine)
     print(table.to_pandas().to_string(index=False) if table.num_rows else "(no rows)")
+    return 0
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    from .lake.ingest import IngestOptions
+    from .lake.pending import BatchStore
+    from .quality.quarantine import quarantined, release_batch
+
+    if args.action == "list":
+        for pb in quarantined(args.lake, args.pipeline):
+            q = pb.quarantine or {}
+            tables = sorted({f["table"] for f in q.get("failures", [])})
+            print(f"batch {pb.batch}: {q.get('stage')} gate failed at {q.get('at')}; tables {', '.join(tables)}; "
+                  f"files {', '.join(f['file'] for f in pb.files)}")
+        return 0
+    if args.batch is None:
+        raise ValueError(f"binlake quarantine {args.action} needs the batch number")
+    if args.action == "show":
+        pb = BatchStore(args.lake, args.pipeline).load(args.batch)
+        print(json.dumps({"batch": pb.batch, "state": pb.state, "files": pb.files, "quarantine": pb.quarantine,
+                          "tables": pb.tables, "gates": pb.gates}, indent=2, default=str))
+        return 0
+    opts = IngestOptions(lake=args.lake, files=[], engine=args.engine, pipeline=args.pipeline,
+                         quality=quality_config(args))
+    summary = release_batch(opts, args.batch, run=not args.no_run,
+                            progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
+    print(summary.text() if summary is not None else f"batch {args.batch} released; the next ingest runs it")
+    return 0
+
+
+def cmd_quality_report(args: argparse.Namespace) -> int:
+    from .lake.engines import get_engine
+    from .quality.report import write_report
+
+    n = write_report(get_engine(args.engine), args.lake, args.out, args.batch)
+    print(f"{args.out}: {n} expectation result(s)")
     return 0
 
 
@@ -260,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--databases", help="comma-separated databases to ingest")
     p.add_argument("--split-mb", type=int, default=64, help="decode files larger than this as several ranges")
     p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
+    _add_quality_options(p)
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("bootstrap", help="load existing rows (consistent snapshots, chunked by key); ingest "
@@ -285,10 +343,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sql")
     p.set_defaults(func=cmd_query)
 
+    p = sub.add_parser("quarantine", help="batches held back by a failed quality gate: list, show, release")
+    p.add_argument("action", choices=("list", "show", "release"))
+    p.add_argument("batch", type=int, nargs="?", help="batch number (show, release)")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--pipeline", default="default")
+    p.add_argument("--engine", default=None)
+    p.add_argument("--no-run", action="store_true", help="release only; the next ingest runs the batch")
+    _add_quality_options(p)
+    p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser("quality", help="quality gate results")
+    quality_sub = p.add_subparsers(dest="quality_command", required=True)
+    p = quality_sub.add_parser("report", help="render every gate's results as one self-contained HTML page")
+    p.add_argument("--lake", required=True)
+    p.add_argument("--out", required=True, help="HTML file to write")
+    p.add_argument("--batch", type=int, help="only this batch")
+    p.add_argument("--engine", default=None)
+    p.set_defaults(func=cmd_quality_report)
+
     p = sub.add_parser("demo", help="write sample binlogs and decode them (no server, no network)")
     p.add_argument("--workdir", default=".binlake-demo", help="where the demo writes its files")
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+def _quality_errors() -> tuple[type[Exception], ...]:
+    from .quality.gates import GateFailed
+    from .quality.quarantine import BatchQuarantined
+
+    return GateFailed, BatchQuarantined
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -308,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"binlake: error: {exc}", file=sys.stderr)
         return 2
+    except _quality_errors() as exc:  # evaluated only when an exception propagates: no import cost otherwise
+        print(f"binlake: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
     except BrokenPipeError:
         return 0
 
