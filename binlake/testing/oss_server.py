@@ -528,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     server = OssServer(args.access_key_id, args.access_key_secret, args.region, tuple(args.bucket or ["binlake"]),
                        args.host, args.port).start()
-    print(f"oss server on {args.host}:{args.port}, buckets {', '.join(server.buckets)}", flush=True)
+    port = server._httpd.server_address[1] if server._httpd else args.port
+    print(f"oss server on {args.host}:{port}, buckets {', '.join(server.buckets)}", flush=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

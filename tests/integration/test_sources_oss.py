@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -294,6 +296,25 @@ def test_settings_come_from_the_environment_and_never_show_the_secret(oss_server
         OssSettings.from_env()
     with pytest.raises(ValueError, match="bucket name"):
         OssSource("oss://Bad_Bucket/x", settings(oss_server))
+
+
+def test_server_runs_as_a_module_and_compatible_endpoints_use_path_style(tmp_path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "binlake.testing.oss_server", "--port", "0", "--bucket",
+                             "binlake-binlogs", "--access-key-id", "demo-ak", "--access-key-secret", "demo-sk"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        port = int(line.split(":")[1].split(",")[0])
+        s = OssSettings(f"http://localhost:{port}", "demo-ak", "demo-sk")
+        s.bucket("binlake-binlogs").put_object("mysql8/mysql-bin.000001", b"\xfebin")
+        assert s.bucket("binlake-binlogs").get_object("mysql8/mysql-bin.000001").read() == b"\xfebin"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # A single-label host (a compose service name) cannot carry the bucket as a subdomain: path style.
+    assert OssSettings("http://oss:8091", "a", "b").bucket("bkt")._make_url("bkt", "k") == "http://oss:8091/bkt/k"
+    aliyun = OssSettings("https://oss-cn-hangzhou.aliyuncs.com", "a", "b").bucket("bkt")
+    assert aliyun._make_url("bkt", "k") == "https://bkt.oss-cn-hangzhou.aliyuncs.com/k"
 
 
 # --- the snapshot store on OSS ----------------------------------------------------------------------------------
