@@ -17,11 +17,14 @@ A landing location `oss://...` stores the file in OSS instead (`upload_landed` d
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
+import logging
 import os
 import re
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -38,6 +41,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 BINLOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.\d+(\.gz)?$")
 META_BEGIN, META_END = "x-oss-meta-binlog-begin", "x-oss-meta-binlog-end"
 CHUNK = 1 << 20
+PROBES = 8  # concurrent head reads while listing
+log = logging.getLogger(__name__)
 PIECE = 64 << 10  # read from the network in pieces this size, so a drop loses at most one piece
 
 
@@ -92,7 +97,10 @@ class OssSource:
             if start is not None and _utc(obj.last_modified) < start:
                 continue  # written before the window opened: its events are all older
             candidates.append(obj)
-        files = [f for f in (self._describe(obj) for obj in candidates) if f is not None]
+        with ThreadPoolExecutor(max_workers=PROBES) as pool:  # one small Range GET per object, a few at a time
+            files = [f for f in pool.map(self._describe, candidates) if f is not None]
+        if self.skipped:
+            log.info("%s: not binlog files, left out: %s", self.location.url(), ", ".join(self.skipped))
         files.sort(key=lambda f: (f.seq, f.name))
         for f, after in itertools.pairwise(files):
             if not f.extra.get("end_from_meta") and after.begin is not None and f.end is not None:
@@ -125,7 +133,8 @@ class OssSource:
         if end is None:
             end = _utc(obj.last_modified)
         return SourceFile(name=name, size=obj.size, begin=begin, end=end, checksum=headers.get("x-oss-hash-crc64ecma"),
-                          location=url, extra={"key": obj.key, "etag": obj.etag, "last_modified": obj.last_modified,
+                          location=url, extra={"key": obj.key, "etag": obj.etag, "object_type": obj.type,
+                                               "last_modified": obj.last_modified,
                                                "end_from_meta": end_from_meta,
                                                "meta": {k: v for k, v in headers.items() if k.startswith("x-oss-meta-")}})
 
@@ -267,14 +276,23 @@ class _SizedStream:
 
 
 def _verify(path: Path, f: SourceFile) -> str | None:
-    """What is wrong with a local copy of `f` (size, CRC-64), or None when it matches."""
+    """What is wrong with a local copy of `f` (size, CRC-64, and the MD5 a simple upload's ETag is), or None."""
     size = path.stat().st_size
     if f.size is not None and size != f.size:
         return f"size {size} != {f.size}"
-    if f.checksum:
-        crc = crc64_file(path)
-        if crc != f.checksum:
-            return f"crc64 {crc} != {f.checksum}"
+    etag = (f.extra.get("etag") or "").strip('"').lower()
+    md5_etag = f.extra.get("object_type") == "Normal" and re.fullmatch(r"[0-9a-f]{32}", etag) is not None
+    if not f.checksum and not md5_etag:
+        return None
+    crc, md5 = Crc64(), hashlib.md5()
+    with open(path, "rb") as data:
+        while block := data.read(CHUNK):
+            crc.update(block)
+            md5.update(block)
+    if f.checksum and crc.value != f.checksum:
+        return f"crc64 {crc.value} != {f.checksum}"
+    if md5_etag and md5.hexdigest() != etag:
+        return f"md5 {md5.hexdigest()} != ETag {etag}"
     return None
 
 

@@ -85,6 +85,7 @@ class OssServer:
         self.buckets: dict[str, dict[str, StoredObject]] = {b: {} for b in buckets}
         self.faults: dict[tuple[str, str], list[Fault]] = {}
         self.requests: list[RequestRecord] = []
+        self.crc64_headers = True  # False: behave like a store that announces no CRC-64 (only the ETag)
         self.lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -329,9 +330,12 @@ class _Handler(BaseHTTPRequestHandler):
         return obj
 
     def _object_headers(self, obj: StoredObject) -> dict[str, str]:
-        return {"Content-Type": obj.content_type, "ETag": obj.etag, "x-oss-hash-crc64ecma": obj.crc64,
-                "Last-Modified": formatdate(obj.modified, usegmt=True), "Accept-Ranges": "bytes",
-                "x-oss-object-type": "Normal", "x-oss-storage-class": "Standard", **obj.meta}
+        headers = {"Content-Type": obj.content_type, "ETag": obj.etag, "x-oss-hash-crc64ecma": obj.crc64,
+                   "Last-Modified": formatdate(obj.modified, usegmt=True), "Accept-Ranges": "bytes",
+                   "x-oss-object-type": "Normal", "x-oss-storage-class": "Standard", **obj.meta}
+        if not self.oss.crc64_headers:
+            del headers["x-oss-hash-crc64ecma"]
+        return headers
 
     def _check_conditions(self, obj: StoredObject) -> bool:
         """False when If-None-Match matched (304); raises PreconditionFailed on an If-Match mismatch."""

@@ -251,6 +251,16 @@ def test_wrong_content_is_rejected_and_nothing_is_landed(oss_server, binlogs, tm
     with pytest.raises(ChecksumMismatchError), source.open(f) as stream:
         stream.read()
     assert Path(source.fetch(f, str(tmp_path))).read_bytes() == files[0].read_bytes()
+    # Without a CRC-64 from the store, a simple upload's ETag (its MD5) still catches wrong bytes.
+    oss_server.crc64_headers = False
+    try:
+        (f,) = source.list_files()
+        assert f.checksum is None
+        oss_server.inject(BUCKET, key, "corrupt", after=700)
+        with pytest.raises(ChecksumMismatchError, match="md5"):
+            source.fetch(f, str(tmp_path / "md5"))
+    finally:
+        oss_server.crc64_headers = True
     # A file already in the landing place that differs from the source is never overwritten.
     other = tmp_path / "other"
     (other / "bad" / "default").mkdir(parents=True)
