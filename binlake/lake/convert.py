@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -74,9 +75,61 @@ class ConversionStats(Counter):
     """Counts of values that could not be represented as-is: 'zero_date:db.t.col', 'unlabeled_enum:...', ..."""
 
 
-def to_arrow(values: list[Any], col: Column, where: str, stats: ConversionStats) -> pa.Array:
-    """One column's values (ABSENT treated as null) as an Arrow array of the mapped type."""
+TEMPORAL = (T.DATE, T.NEWDATE, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2)
+FAST_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(), pa.binary())
+
+
+class _NotPlain(Exception):
+    """The fast conversion met a value that needs the careful path (absent, unlabeled, undecodable, patch)."""
+
+
+def to_arrow(values: Sequence[Any], col: Column, where: str, stats: ConversionStats) -> pa.Array:
+    """One column's values (ABSENT treated as null) as an Arrow array of the mapped type.
+
+    The common case (every value plain and present) is converted by Arrow in one call; anything else, including
+    every error, goes through the careful path, which counts what it changes and raises what it cannot convert.
+    """
     typ = arrow_type(col)
+    try:
+        return _plain(values, col, typ)
+    except (_NotPlain, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return _careful(values, col, typ, where, stats)
+
+
+def _plain(values: Sequence[Any], col: Column, typ: pa.DataType) -> pa.Array:
+    t = col.type
+    if t in TEMPORAL:
+        return _temporal(pa.array(values, pa.string()), typ, None, None)
+    if typ == pa.string():
+        arr = pa.array(values)  # inferred: text only if every value is str (bytes, ints, patches are not plain)
+        if arr.type == pa.string():
+            return arr
+        if arr.type == pa.null():
+            return arr.cast(pa.string())
+        raise _NotPlain
+    if typ in FAST_TYPES or pa.types.is_decimal(typ):
+        return pa.array(values, typ)
+    raise _NotPlain
+
+
+def _temporal(strings: pa.Array, typ: pa.DataType, where: str | None, stats: ConversionStats | None) -> pa.Array:
+    # Zero and partial dates ('0000-00-00', '2020-00-15') have no Delta form: null, and counted.
+    invalid = pc.or_(pc.or_(pc.starts_with(strings, "0000"),
+                            pc.equal(pc.utf8_slice_codeunits(strings, 5, 7), "00")),
+                     pc.equal(pc.utf8_slice_codeunits(strings, 8, 10), "00"))
+    invalid = pc.fill_null(invalid, False)
+    if pc.any(invalid).as_py():
+        if stats is None:
+            raise _NotPlain
+        stats[f"zero_date:{where}"] += pc.sum(pc.cast(invalid, pa.int64())).as_py()
+        strings = pc.if_else(invalid, pa.scalar(None, pa.string()), strings)
+    if typ == pa.date32():
+        return strings.cast(pa.date32())
+    naive = strings.cast(pa.timestamp("us"))
+    return naive.cast(typ) if typ.tz else naive
+
+
+def _careful(values: Sequence[Any], col: Column, typ: pa.DataType, where: str, stats: ConversionStats) -> pa.Array:
     absent = values.count(ABSENT)
     if absent:
         # A partial row image (binlog_row_image=MINIMAL/NOBLOB): the column was not logged for these rows.
@@ -85,20 +138,8 @@ def to_arrow(values: list[Any], col: Column, where: str, stats: ConversionStats)
     else:
         vals = values
     t = col.type
-    if t in (T.DATE, T.NEWDATE, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2):
-        strings = pa.array(vals, pa.string())
-        # Zero and partial dates ('0000-00-00', '2020-00-15') have no Delta form: null, and counted.
-        invalid = pc.or_(pc.or_(pc.starts_with(strings, "0000"),
-                                pc.equal(pc.utf8_slice_codeunits(strings, 5, 7), "00")),
-                         pc.equal(pc.utf8_slice_codeunits(strings, 8, 10), "00"))
-        bad = pc.sum(pc.cast(pc.fill_null(invalid, False), pa.int64())).as_py() or 0
-        if bad:
-            stats[f"zero_date:{where}"] += bad
-            strings = pc.if_else(pc.fill_null(invalid, False), pa.scalar(None, pa.string()), strings)
-        if typ == pa.date32():
-            return strings.cast(pa.date32())
-        naive = strings.cast(pa.timestamp("us"))
-        return naive.cast(typ) if typ.tz else naive
+    if t in TEMPORAL:
+        return _temporal(pa.array(vals, pa.string()), typ, where, stats)
     if typ == UINT64_DECIMAL:
         return pa.array([None if v is None else Decimal(v) for v in vals], typ)
     if t == T.NEWDECIMAL and typ == pa.string():

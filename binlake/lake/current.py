@@ -8,9 +8,11 @@ merged. So the table ends mirroring the source schema at the batch end, as the s
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,13 +42,30 @@ class Segment:
 
 
 def segments(history: pa.Table) -> Iterator[Segment]:
-    ordered = history.sort_by([(c, "ascending") for c in ORDER])
-    versions = ordered.column("_schema_version").to_pylist()
-    start = 0
-    for i in range(1, len(versions) + 1):
-        if i == len(versions) or versions[i] != versions[start]:
-            yield Segment(versions[start], ordered.slice(start, i - start))
-            start = i
+    """The history rows in binlog order, cut where the schema version changes."""
+    ordered = history if in_order(history) else history.sort_by([(c, "ascending") for c in ORDER])
+    if ordered.num_rows == 0:
+        return
+    versions = ordered.column("_schema_version").combine_chunks()
+    codes = versions.dictionary_encode().indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist(), len(codes)]
+    for a, b in itertools.pairwise(cuts):
+        yield Segment(versions[a].as_py(), ordered.slice(a, b - a))
+
+
+def in_order(history: pa.Table) -> bool:
+    """Whether the rows are already sorted by (file sequence, position, sub-position, row): decode ranges come
+    in order, so the usual batch needs no sort."""
+    if history.num_rows < 2:
+        return True
+    cols = [history.column(c).to_numpy() for c in ORDER]
+    earlier = np.zeros(history.num_rows - 1, dtype=bool)  # row i+1 sorts after row i on a previous column
+    for col in cols:
+        a, b = col[:-1], col[1:]
+        if np.any(~earlier & (b < a)):
+            return False
+        earlier |= b > a
+    return True
 
 
 def current_schema(tm: TableMap) -> pa.Schema:

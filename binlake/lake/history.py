@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..binlog.rows import ABSENT
@@ -34,6 +34,7 @@ META_FIELDS = [
 ]
 META_NAMES = {f.name for f in META_FIELDS} | {"_before"}
 PARTITION_BY = ["_commit_date"]
+US_PER_DAY = 86_400_000_000
 
 
 @dataclass
@@ -56,44 +57,62 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
     if clash:
         raise ValueError(f"{tm.qualified_name} has columns named like binlake's metadata: {sorted(clash)}")
     where = tm.qualified_name
-    pairs = [p for item in items for p in item.batch.pairs]
-    ops = [op for item in items for op in [item.batch.op] * len(item.batch.pairs)]
-    n = len(pairs)
-    images = [a if a is not None else b for b, a in pairs]
-    by_column = list(zip(*images, strict=True)) if images else [()] * len(tm.columns)
-    columns = {}
-    for col in tm.columns:
-        columns[col.key] = to_arrow(list(by_column[col.index]), col, f"{where}.{col.key}", stats)
+    batches = [item.batch for item in items]
+    counts = np.fromiter((len(b.pairs) for b in batches), np.int64, len(batches))
+    n = int(counts.sum())
+    images = [a if a is not None else b for batch in batches for b, a in batch.pairs]
+    # Column by column with a comprehension: measured faster than zip(*images) (which makes an iterator per row).
+    columns = {col.key: to_arrow([r[col.index] for r in images], col, f"{where}.{col.key}", stats)
+               for col in tm.columns}
     before_fields = [pa.field(col.key, arrow_type(col)) for col in tm.columns]
-    if "update" in ops:
+    updates = [b.op == "update" for b in batches]
+    if any(updates):
         filler = [None] * len(tm.columns)
-        befores = [b if op == "update" else None for (b, _a), op in zip(pairs, ops, strict=True)]
-        by_before = list(zip(*[b if b is not None else filler for b in befores], strict=True))
-        children = [to_arrow(list(by_before[col.index]), col, f"{where}.{col.key}", stats) for col in tm.columns]
-        mask = pa.array([b is None for b in befores])
+        befores = [pair[0] if update else filler for batch, update in zip(batches, updates, strict=True)
+                   for pair in batch.pairs]
+        children = [to_arrow([r[col.index] for r in befores], col, f"{where}.{col.key}", stats)
+                    for col in tm.columns]
+        mask = pa.array(np.repeat(np.logical_not(updates), counts))
         columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields, mask=mask)
     else:
         columns["_before"] = pa.nulls(n, pa.struct(before_fields))
-    meta: dict[str, list] = {f.name: [] for f in META_FIELDS}
-    for item in items:
-        b = item.batch
-        k = len(b.pairs)
-        commit = datetime.fromtimestamp(item.commit_ts, tz=UTC)
-        meta["_op"] += [b.op] * k
-        meta["_binlog_file"] += [b.file] * k
-        meta["_file_seq"] += [item.file_seq] * k
-        meta["_pos"] += [b.pos] * k
-        meta["_sub"] += [b.sub] * k
-        meta["_row"] += range(k)
-        meta["_txn_pos"] += [b.txn_pos if b.txn_pos is not None else b.pos] * k
-        meta["_commit_ts"] += [commit] * k
-        meta["_gtid"] += [b.gtid] * k
-        meta["_commit_date"] += [commit.date()] * k
-    meta["_schema_version"] = [tm.schema_version] * n
-    meta["_batch_id"] = [batch_id] * n
-    for f in META_FIELDS:
-        columns[f.name] = pa.array(meta[f.name], f.type)
+    columns.update(_meta_columns(batches, items, counts, n, tm.schema_version, batch_id))
     return pa.table(columns)
+
+
+def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.ndarray, n: int,
+                  version: str | None, batch_id: int) -> dict[str, pa.Array]:
+    """The metadata columns, built per rows event and repeated per row in Arrow (no per-row Python objects)."""
+    events = np.repeat(np.arange(len(batches), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+
+    def per_event(values: list, typ: pa.DataType) -> pa.Array:
+        return pa.array(values, typ).take(events)
+
+    def per_event_int(values) -> np.ndarray:
+        return np.repeat(np.fromiter(values, np.int64, len(batches)), counts)
+
+    commit_us = per_event_int(_epoch_us(item.commit_ts) for item in items)
+    return {
+        "_op": per_event([b.op for b in batches], pa.string()),
+        "_binlog_file": per_event([b.file for b in batches], pa.string()),
+        "_file_seq": pa.array(per_event_int(item.file_seq for item in items), pa.int64()),
+        "_pos": pa.array(per_event_int(b.pos for b in batches), pa.int64()),
+        "_sub": pa.array(per_event_int(b.sub for b in batches), pa.int64()),
+        "_row": pa.array((np.arange(n, dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)),
+        "_txn_pos": pa.array(per_event_int(b.txn_pos if b.txn_pos is not None else b.pos for b in batches),
+                             pa.int64()),
+        "_commit_ts": pa.array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "_gtid": per_event([b.gtid for b in batches], pa.string()),
+        "_schema_version": pa.array([version], pa.string()).take(np.zeros(n, np.int64)),
+        "_batch_id": pa.array(np.full(n, batch_id, np.int64), pa.int64()),
+        "_commit_date": pa.array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32()),
+    }
+
+
+def _epoch_us(ts: float) -> int:
+    """Commit time (epoch seconds, int or float) in microseconds."""
+    return ts * 1_000_000 if type(ts) is int else round(ts * 1_000_000)
 
 
 def absent_columns(items: Sequence[CommittedBatch]) -> set[str]:

@@ -1,0 +1,108 @@
+"""History rows from decoded row batches: the fast (whole-column Arrow) conversion and the careful one must give
+the same values and counts, and the per-event metadata must be repeated exactly per row."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from binlake.binlog.constants import ColumnType as T
+from binlake.binlog.decoder import RowBatch
+from binlake.binlog.rows import ABSENT, JsonPatch
+from binlake.binlog.tablemap import Column, TableMap
+from binlake.lake.convert import ConversionStats, to_arrow
+from binlake.lake.current import in_order, segments
+from binlake.lake.history import CommittedBatch, history_table
+
+BINARY = 63  # the binary collation id
+UTF8 = 45
+
+
+def col(index: int, typ: int, meta: int = 0, name: str = "c", signed: bool | None = True, **kw) -> Column:
+    return Column(index, typ, meta, True, signed, kw.pop("collation", UTF8), name, **kw)
+
+
+@pytest.mark.parametrize(("column", "values", "expected", "counted"), [
+    (col(0, T.LONG), [1, None, -5], [1, None, -5], {}),
+    (col(0, T.LONGLONG, signed=False), [2**64 - 1, None], [Decimal(2**64 - 1), None], {}),
+    (col(0, T.NEWDECIMAL, 10 << 8 | 2), [Decimal("1.50"), None], [Decimal("1.50"), None], {}),
+    (col(0, T.NEWDECIMAL, 40 << 8 | 1), [Decimal("12.5")], ["12.5"], {}),
+    (col(0, T.VARCHAR, 40), ["a", None, "é"], ["a", None, "é"], {}),
+    (col(0, T.VARCHAR, 40), [None, None], [None, None], {}),
+    (col(0, T.VARCHAR, 40), ["a", b"\xff\xfe"], ["a", "\ufffd\ufffd"], {"undecodable_text:t.c": 1}),
+    (col(0, T.VARCHAR, 40), ["a", ABSENT, "b"], ["a", None, "b"], {"absent:t.c": 1}),
+    (col(0, T.BLOB, 2, collation=BINARY), [b"\x00\xff", "x", None], [b"\x00\xff", b"x", None], {}),
+    (col(0, T.ENUM, enum_labels=["a", "b"]), ["a", 3, None], ["a", "3", None], {"unlabeled_enum:t.c": 1}),
+    (col(0, T.DATE), ["2024-02-29", "0000-00-00", "2024-00-10", None],
+     [dt.date(2024, 2, 29), None, None, None], {"zero_date:t.c": 2}),
+    (col(0, T.DATETIME2, 3), ["2024-01-01 10:00:00.125", ABSENT],
+     [dt.datetime(2024, 1, 1, 10, 0, 0, 125000), None], {"absent:t.c": 1}),
+    (col(0, T.TIMESTAMP2, 0), ["2024-01-01 10:00:00"], [dt.datetime(2024, 1, 1, 10, tzinfo=dt.UTC)], {}),
+    (col(0, T.DOUBLE), [0.1, None], [0.1, None], {}),
+])
+def test_to_arrow_values_and_counts(column, values, expected, counted) -> None:
+    stats = ConversionStats()
+    for seq in (values, tuple(values)):  # columns arrive as lists (history) or tuples
+        stats.clear()
+        assert to_arrow(seq, column, "t.c", stats).to_pylist() == expected
+        assert dict(stats) == counted
+
+
+def test_to_arrow_json_patch_is_text_and_counted() -> None:
+    stats = ConversionStats()
+    out = to_arrow(['{"a": 1}', JsonPatch([])], col(0, T.JSON), "t.j", stats).to_pylist()
+    assert out == ['{"a": 1}', '{"json_diff": []}']
+    assert stats == {"json_patch:t.j": 1}
+
+
+def test_to_arrow_errors_still_raise() -> None:
+    with pytest.raises(pa.ArrowInvalid):  # a value that does not fit the column is an error, not a null
+        to_arrow([1, 300], col(0, T.TINY), "t.c", ConversionStats())
+    with pytest.raises(pa.ArrowInvalid):
+        to_arrow([Decimal("1.555")], col(0, T.NEWDECIMAL, 5 << 8 | 2), "t.c", ConversionStats())
+
+
+def _table() -> TableMap:
+    tm = TableMap(1, "db", "t", [col(0, T.LONG, name="id"), col(1, T.VARCHAR, 40, name="v")], primary_key=[0])
+    tm.schema_version = "v1"
+    return tm
+
+
+def test_history_metadata_repeats_per_event() -> None:
+    tm = _table()
+    day = 1_700_006_400  # 2023-11-15T00:00:00Z
+    ins = RowBatch("f.000003", 100, 90, 0, day - 1, "0-1-7", tm, "insert", [(None, [1, "a"]), (None, [2, "b"])])
+    upd = RowBatch("f.000003", 200, 90, 7, day, None, tm, "update", [([1, "a"], [1, "c"])])
+    dele = RowBatch("f.000003", 300, 300, 0, day, "0-1-8", tm, "delete", [([2, "b"], None)])
+    stats = ConversionStats()
+    table = history_table([CommittedBatch(ins, day - 1, 3), CommittedBatch(upd, day + 0.5, 3),
+                           CommittedBatch(dele, day, 3)], 42, stats)
+    rows = table.to_pylist()
+    assert [(r["id"], r["v"], r["_op"], r["_pos"], r["_row"], r["_sub"]) for r in rows] == [
+        (1, "a", "insert", 100, 0, 0), (2, "b", "insert", 100, 1, 0), (1, "c", "update", 200, 0, 7),
+        (2, "b", "delete", 300, 0, 0)]
+    assert [r["_before"] for r in rows] == [None, None, {"id": 1, "v": "a"}, None]
+    assert [r["_commit_ts"] for r in rows] == [
+        dt.datetime(2023, 11, 14, 23, 59, 59, tzinfo=dt.UTC)] * 2 + [
+        dt.datetime(2023, 11, 15, 0, 0, 0, 500000, tzinfo=dt.UTC), dt.datetime(2023, 11, 15, tzinfo=dt.UTC)]
+    assert [r["_commit_date"] for r in rows] == [dt.date(2023, 11, 14)] * 2 + [dt.date(2023, 11, 15)] * 2
+    assert [r["_gtid"] for r in rows] == ["0-1-7", "0-1-7", None, "0-1-8"]
+    assert {(r["_binlog_file"], r["_file_seq"], r["_batch_id"], r["_schema_version"]) for r in rows} == {
+        ("f.000003", 3, 42, "v1")}
+    assert [r["_txn_pos"] for r in rows] == [90, 90, 90, 300]
+    assert table.schema.field("_row").type == pa.int32()
+    assert not stats
+
+
+def test_segments_sort_only_when_needed_and_cut_at_versions() -> None:
+    t = pa.table({"_file_seq": [1, 1, 1, 2, 1], "_pos": [5, 5, 6, 1, 9], "_sub": [0, 0, 0, 0, 0],
+                  "_row": [0, 1, 0, 0, 0], "_schema_version": ["a", "a", None, "b", "a"]})
+    assert not in_order(t)
+    assert in_order(t.slice(0, 4))
+    assert in_order(pa.table({"_file_seq": [1, 1], "_pos": [5, 5], "_sub": [0, 0], "_row": [1, 1]}))
+    assert [(s.version, s.rows.column("_pos").to_pylist()) for s in segments(t)] == [
+        ("a", [5, 5]), (None, [6]), ("a", [9]), ("b", [1])]
+    assert list(segments(t.slice(0, 0))) == []
