@@ -92,6 +92,24 @@ def test_listing_pages_through_every_page_and_cuts_windows_exactly_once(rds) -> 
     assert [x.seq for x in sub_second] == [7]
 
 
+def test_a_file_straddling_two_windows_is_fetched_and_ingested_once(rds, tmp_path) -> None:
+    base = 1714521600
+    datas = [sample_binlog(100, ts=base + 3600 * i, name_seed=1000 * i) for i in range(3)]
+    for i, data in enumerate(datas):  # file 2 spans 01:00-02:30, across the 02:00 boundary
+        rds.add_file(INSTANCE, "1001", f"mysql-bin.{i + 1:06d}", data, begin=T0 + timedelta(hours=i),
+                     end=T0 + timedelta(hours=i, minutes=30 if i != 1 else 90))
+    lake, landing = tmp_path / "lake", str(tmp_path / "landing")
+    rows = 0
+    for lo, hi in ((T0, T0 + timedelta(hours=2)), (T0 + timedelta(hours=2), T0 + timedelta(hours=4))):
+        landed = land_files(make_source(rds), landing, lo, hi, lake=str(lake))
+        summary = run_ingest(IngestOptions(lake=str(lake), files=landed.paths, instance=INSTANCE,
+                                           lineage=landed.lineage))
+        rows += sum(summary.rows.values())
+    assert sorted(d["name"] for d in rds.downloads) == ["mysql-bin.000001", "mysql-bin.000002", "mysql-bin.000003"]
+    assert rows == 300
+    assert get_engine().read(LakeLayout(str(lake)).history_path("shop", "t")).num_rows == 300
+
+
 def test_bad_signatures_and_unknown_keys_are_refused_with_the_api_error(rds) -> None:
     rds.add_file(INSTANCE, "1001", "mysql-bin.000001", sample_binlog(100))
     bad = RdsSource(INSTANCE, endpoint=f"http://{rds.endpoint}", access_key_id=rds.access_key_id,
@@ -107,6 +125,23 @@ def test_bad_signatures_and_unknown_keys_are_refused_with_the_api_error(rds) -> 
     assert err.value.code == "InvalidAccessKeyId.NotFound"
     assert [c for _, c in rds.api_calls] == ["SignatureDoesNotMatch", "InvalidAccessKeyId.NotFound"]  # no retries
     assert [f.name for f in make_source(rds).list_all()] == ["mysql-bin.000001"]
+
+
+def test_replayed_nonces_and_stale_dates_are_refused(rds, monkeypatch) -> None:
+    from alibabacloud_tea_openapi.utils import Utils
+
+    rds.add_file(INSTANCE, "1001", "mysql-bin.000001", sample_binlog(100))
+    src = make_source(rds)
+    monkeypatch.setattr(Utils, "get_nonce", staticmethod(lambda: "same-nonce-every-time"))
+    assert len(src.list_all()) == 1
+    with pytest.raises(RdsApiError) as err:
+        src.list_all()
+    assert err.value.code == "SignatureNonceUsed"
+    monkeypatch.undo()
+    monkeypatch.setattr(Utils, "get_timestamp", staticmethod(lambda: "2020-01-01T00:00:00Z"))
+    with pytest.raises(RdsApiError) as err:
+        src.list_all()
+    assert err.value.code == "InvalidTimeStamp.Expired"
 
 
 def test_throttling_and_5xx_are_retried_other_errors_are_not(rds) -> None:
@@ -222,6 +257,12 @@ def test_wrong_checksum_is_rejected_and_the_file_marked(rds, tmp_path) -> None:
     rds.faults.wrong_checksum.clear()
     landed = land_files(make_source(rds), str(tmp_path / "landing"), lake=str(lake))
     assert [Path(p).read_bytes() for p in landed.paths] == [good, bad]
+    # What the source announced is on the control rows of files it did not know yet (the marked one stays marked
+    # until ingest takes it).
+    states = ControlTable(get_engine(), LakeLayout(str(lake))).load()
+    fetched = states[(INSTANCE, "1001", "mysql-bin.000001")]
+    assert (fetched.status, fetched.checksum, fetched.size) == ("fetched", crc64_bytes(good), len(good))
+    assert fetched.first_ts is not None and fetched.last_ts >= fetched.first_ts
     summary = run_ingest(IngestOptions(lake=str(lake), files=landed.paths, instance=INSTANCE,
                                        lineage=landed.lineage))
     assert sum(summary.rows.values()) == 400
@@ -399,6 +440,7 @@ def test_cli_ingest_from_rds_equals_select(rds, mariadb_full, fresh_database, tm
     states = ControlTable(get_engine(), LakeLayout(str(lake))).load()
     mine = {k[2]: s for k, s in states.items() if k[0] == INSTANCE}
     assert set(mine) >= {p.name for p in files} and all(s.lineage == "1001" for s in mine.values())
+    assert all(mine[p.name].complete for p in files)
     side = json.loads((landing / INSTANCE / "1001" / f"{files[0].name}.source.json").read_text())
     assert side["packed"] is True
     downloads = len(rds.downloads)
