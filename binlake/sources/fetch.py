@@ -176,6 +176,13 @@ def _continue(control, states: dict, source: Source, landing: str, old: str, fil
                           f"({last.file}) is not in the landing area {landing}; its GTIDs are needed")
     applied = applied_through(read_file_gtids(old_path), last.end_pos)
     plan = continuation(applied, [read_file_gtids(p) for p in paths])
+    first_new = files[plan.start_index]
+    if first_new.seq <= last.file_seq:
+        # Current tables order changes by (file sequence, position): lower-numbered files of the new lineage
+        # would lose against older changes already merged. Refuse rather than produce a wrong current table.
+        raise SourceError(f"lineage switch {old} -> {first_new.lineage}: the new lineage continues in "
+                          f"{first_new.name}, numbered at or below {last.file} already applied from {old}; "
+                          "changes would order before older ones")
     for i, st in enumerate(seen):
         if i < plan.start_index or (i == plan.start_index and plan.start_pos is None):
             st.status, st.complete, st.end_pos = "superseded", True, st.size

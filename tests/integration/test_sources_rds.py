@@ -110,6 +110,25 @@ def test_a_file_straddling_two_windows_is_fetched_and_ingested_once(rds, tmp_pat
     assert get_engine().read(LakeLayout(str(lake)).history_path("shop", "t")).num_rows == 300
 
 
+def test_listing_pages_again_when_the_list_moves_while_paging(rds) -> None:
+    for i in range(40):
+        rds.add_file(INSTANCE, "1001", f"mysql-bin.{i + 1:06d}", b"\xfebin", begin=T0 + timedelta(hours=i),
+                     end=T0 + timedelta(hours=i, minutes=30))
+    original = rds.describe_binlog_files
+
+    def shifting(params):  # a new file arrives (sorted first) right after page 1 was served
+        body = original(params)
+        if params.get("PageNumber") == "1" and not any(f.name == "mysql-bin.000000" for f in rds.files):
+            rds.add_file(INSTANCE, "1001", "mysql-bin.000000", b"\xfebin", begin=T0 - timedelta(hours=1),
+                         end=T0 - timedelta(minutes=30))
+        return body
+
+    rds.describe_binlog_files = shifting
+    files = make_source(rds, page_size=30).list_all()
+    assert [f.seq for f in files] == list(range(41))
+    assert len(rds.api_calls) == 4  # two pages, then both again
+
+
 def test_bad_signatures_and_unknown_keys_are_refused_with_the_api_error(rds) -> None:
     rds.add_file(INSTANCE, "1001", "mysql-bin.000001", sample_binlog(100))
     bad = RdsSource(INSTANCE, endpoint=f"http://{rds.endpoint}", access_key_id=rds.access_key_id,
@@ -214,6 +233,16 @@ def test_open_decodes_straight_from_the_http_stream(rds, tmp_path, packed) -> No
         got = [(c.pos, c.row, c.after) for c in BinlogDecoder().decode_stream(stream, f.name)]
     assert got == expected and len(expected) == 600
     assert len(rds.downloads) == 2 and not list(tmp_path.glob("**/*.part"))
+
+
+def test_open_reports_a_wrong_checksum_at_the_end_of_the_stream(rds) -> None:
+    rds.add_file(INSTANCE, "1001", "mysql-bin.000005", sample_binlog(200))
+    rds.faults.wrong_checksum.add("mysql-bin.000005")
+    src = make_source(rds)
+    [f] = src.list_files()
+    with src.open(f) as stream, pytest.raises(ChecksumMismatchError, match=r"mysql-bin\.000005: CRC-64"):
+        for _ in BinlogDecoder().decode_stream(stream, f.name):
+            pass
 
 
 def test_expired_link_is_refreshed_through_the_api(rds, tmp_path) -> None:
@@ -391,8 +420,18 @@ def test_lineage_switch_refuses_a_diverged_standby(rds, tmp_path) -> None:
         tx.insert(t, [[9, 90]])
     w.stop(timestamp=1714521702)
     rds.add_file(INSTANCE, "1002", "mysql-bin.000020", out.getvalue())
+    window = (ts + timedelta(seconds=30), ts + timedelta(hours=1))
     with pytest.raises(SourceError, match="missing on the new one"):
-        land_files(make_source(rds), landing, ts + timedelta(seconds=30), ts + timedelta(hours=1), lake=str(lake))
+        land_files(make_source(rds), landing, *window, lake=str(lake))
+    # A complete standby whose file numbers are below the ones applied: refused (changes would order wrongly).
+    files = _lineage_files(tmp_path)
+    rds.files = [f for f in rds.files if f.host != "1002"]
+    rds.add_file(INSTANCE, "1002", "mysql-bin.000002", files["1002"][1][1], begin=ts + timedelta(seconds=4),
+                 end=ts + timedelta(seconds=102))
+    with pytest.raises(SourceError, match=r"numbered at or below mysql-bin\.000002"):
+        land_files(make_source(rds), landing, *window, lake=str(lake))
+    states = ControlTable(get_engine(), LakeLayout(str(lake))).load()
+    assert {k[1] for k in states} == {"1001"}  # nothing recorded for the refused lineage
 
 
 # -- binlake ingest --source rds:... ------------------------------------------------------------------------------
