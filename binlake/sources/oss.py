@@ -1,8 +1,9 @@
 """The OSS source: binlog objects under `oss://bucket/prefix`, listed, streamed and landed through oss2.
 
 What is listed: the objects directly under the prefix (a `/` delimiter; deeper "folders" are not descended)
-whose name looks like a binlog (`<base>.<digits>`, optionally `.gz`) and whose first bytes are the binlog (or
-gzip) magic, ordered by sequence number. Other names are kept in `skipped` for the caller to report.
+whose name looks like a binlog (`<base>.<digits>`, optionally `.gz`), ordered by sequence number. Other names are
+kept in `skipped` (and logged) for the caller to report. A binlog-named object without the binlog magic is listed
+all the same, so that decoding stops on it with BadMagic rather than the file silently going missing.
 
 Time span of a file: `x-oss-meta-binlog-begin` / `x-oss-meta-binlog-end` (ISO 8601 UTC) when the object carries
 them (binlake's own landing uploads do). Otherwise `begin` is the timestamp of the file's first event (its
@@ -98,7 +99,7 @@ class OssSource:
                 continue  # written before the window opened: its events are all older
             candidates.append(obj)
         with ThreadPoolExecutor(max_workers=PROBES) as pool:  # one small Range GET per object, a few at a time
-            files = [f for f in pool.map(self._describe, candidates) if f is not None]
+            files = list(pool.map(self._describe, candidates))
         if self.skipped:
             log.info("%s: not binlog files, left out: %s", self.location.url(), ", ".join(self.skipped))
         files.sort(key=lambda f: (f.seq, f.name))
@@ -108,9 +109,10 @@ class OssSource:
         return [f for f in files if (end is None or f.begin is None or f.begin < end)
                 and (start is None or f.end is None or f.end >= start)]
 
-    def _describe(self, obj: oss2.models.SimplifiedObjectInfo) -> SourceFile | None:
+    def _describe(self, obj: oss2.models.SimplifiedObjectInfo) -> SourceFile:
         """The file as a SourceFile, from one Range GET of its first 8 bytes (magic, first event's timestamp,
-        and the object's headers: CRC-64, metadata). None when the bytes are not a binlog's."""
+        and the object's headers: CRC-64, metadata). An object named like a binlog but without the magic is
+        still listed: decoding it fails loudly (BadMagic) instead of the file going missing."""
         url = self.location.url(obj.key)
         name = obj.key[len(self.location.prefix):]
 
@@ -123,8 +125,7 @@ class OssSource:
         head, headers = with_retries(f"reading the head of {url}", probe, self.settings.retries)
         headers = {k.lower(): v for k, v in headers.items()}
         if head[:4] != MAGIC and head[:2] != GZIP_MAGIC:
-            self.skipped.append(name)
-            return None
+            log.warning("%s is named like a binlog but does not start with the binlog magic", url)
         begin = _parse_time(headers.get(META_BEGIN), url)
         end = _parse_time(headers.get(META_END), url)
         if begin is None and head[:4] == MAGIC and len(head) >= 8:

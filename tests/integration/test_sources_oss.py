@@ -178,12 +178,12 @@ def test_source_lists_binlogs_by_sequence_and_window(oss_server, binlogs) -> Non
     _upload(oss_server, "src/win", list(reversed(files)),
             [{"binlog-begin": b.isoformat(), "binlog-end": e.isoformat()} for b, e in reversed(spans)])
     oss_server.put(BUCKET, "src/win/mysql-bin.index", b"./mysql-bin.000001\n")
-    oss_server.put(BUCKET, "src/win/notes.000002", b"not a binlog at all")
+    oss_server.put(BUCKET, "src/win/notes.txt", b"not a binlog at all")
     oss_server.put(BUCKET, "src/win/deeper/mysql-bin.000001", files[0].read_bytes())
     source = OssSource(f"oss://{BUCKET}/src/win", settings(oss_server, "v1"))
     listed = source.list_files()
     assert [f.name for f in listed] == [f.name for f in files]
-    assert sorted(source.skipped) == ["mysql-bin.index", "notes.000002"]
+    assert sorted(source.skipped) == ["mysql-bin.index", "notes.txt"]
     first = listed[0]
     assert first.size == files[0].stat().st_size and first.checksum == crc64_bytes(files[0].read_bytes())
     assert (first.begin, first.end) == spans[0] and first.location == f"oss://{BUCKET}/src/win/{files[0].name}"
@@ -191,6 +191,9 @@ def test_source_lists_binlogs_by_sequence_and_window(oss_server, binlogs) -> Non
     window = source.list_files(spans[1][0] + timedelta(minutes=30), spans[2][0] + timedelta(minutes=1))
     assert [f.name for f in window] == [files[1].name, files[2].name]
     assert source.list_files(spans[-1][1] + timedelta(hours=1)) == []
+    # An object named like a binlog that is not one is listed, not dropped: decoding it then fails loudly.
+    oss_server.put(BUCKET, "src/win/mysql-bin.999999", b"PK\x03\x04 a zip, not a binlog")
+    assert [f.name for f in source.list_files()][-1] == "mysql-bin.999999"
 
 
 def test_source_begin_comes_from_the_first_event(oss_server, binlogs) -> None:
