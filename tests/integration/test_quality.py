@@ -1,0 +1,363 @@
+"""Quality gates end to end: a real MariaDB writes binlogs, the ingest decodes them (in-process or in Spark tasks)
+into real Delta tables, real Great Expectations suites gate each batch. Every gate is made to fail by a batch
+crafted to break exactly it; the current table must then be unchanged, the control table's watermark unmoved, the
+alert delivered to a local webhook, and releasing after the fix must merge the batch exactly once."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pyarrow as pa
+import pytest
+
+from binlake.lake.control import ControlTable
+from binlake.lake.engines import ColumnChange, get_engine
+from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.layout import LakeLayout
+from binlake.lake.pending import BatchStore
+from binlake.quality.config import AlertConfig, QualityConfig
+from binlake.quality.gates import GateFailed
+from binlake.quality.quarantine import BatchQuarantined, quarantined, release_batch
+from binlake.quality.validations import read_validations
+
+DB = "quality_db"
+
+
+class Webhook:
+    """A local HTTP receiver for alert POSTs (http.server on 127.0.0.1, random port)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append(json.loads(body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook():
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture(scope="module")
+def server(mariadb_servers):
+    srv = mariadb_servers.get("MINIMAL")
+    with srv.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+    return srv
+
+
+def write(server, statements: list[str]) -> None:
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+
+
+def new_files(server, first: str) -> list[str]:
+    return [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first)]
+
+
+def options(lake, files, table: str, webhook=None, **quality) -> IngestOptions:
+    alerts = AlertConfig(webhook_url=webhook.url if webhook else None)
+    return IngestOptions(lake=str(lake), files=files, databases={DB}, tables=re.compile(rf"\.{table}$"),
+                         quality=QualityConfig(alerts=alerts, **quality))
+
+
+def current(lake, table: str) -> dict:
+    rows = get_engine().read(LakeLayout(str(lake)).current_path(DB, table)).to_pylist()
+    return {r["id"]: {k: (format(v, "f") if isinstance(v, Decimal) else v) for k, v in r.items()} for r in rows}
+
+
+def server_rows(server, table: str) -> dict:
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM `{table}`")
+        names = [d[0] for d in cur.description]
+        return {r[0]: {k: (format(v, "f") if isinstance(v, Decimal) else v) for k, v in zip(names, r, strict=True)}
+                for r in cur.fetchall()}
+
+
+def without_meta(rows: dict) -> dict:
+    return {k: {c: v for c, v in r.items() if not c.startswith("_")} for k, r in rows.items()}
+
+
+def control_rows(lake) -> dict:
+    engine = get_engine()
+    return {s.file: s for s in ControlTable(engine, LakeLayout(str(lake))).load().values()}
+
+
+def history_ops(lake, table: str) -> dict:
+    history = get_engine().read(LakeLayout(str(lake)).history_path(DB, table))
+    return {r["_op"]: r["_op_count"] for r in history.group_by("_op").aggregate([("_op", "count")]).to_pylist()}
+
+
+def assert_quarantined(lake, batch: int, before: dict, gate: str, webhook, table: str) -> None:
+    """The batch is quarantined in the control table with its failures, and the watermark did not move."""
+    after = control_rows(lake)
+    pb = BatchStore(str(lake)).load(batch)
+    assert pb.state == "quarantined"
+    assert any(f["gate"] == gate for f in pb.quarantine["failures"])
+    for f in pb.files:
+        st = after[f["file"]]
+        assert st.status == "quarantined" and st.batch_id == batch and gate in (st.last_error or "")
+        assert st.end_pos == (before[f["file"]].end_pos if f["file"] in before else 4)  # watermark unmoved
+    assert [b.batch for b in quarantined(str(lake))] == [batch]
+    posted = [a for a in webhook.received if a["batch"] == batch]
+    assert posted and posted[-1]["table"] == f"{DB}.{table}" and posted[-1]["event"] == "binlake.gate_failed"
+    assert any(f["gate"] == gate for f in posted[-1]["failures"])
+
+
+def test_clean_batches_pass_in_spark_and_results_render(server, tmp_path, spark, webhook) -> None:
+    from binlake.quality.report import write_report
+    from spark_jobs.ingest import spark_executor
+
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE clean (id INT PRIMARY KEY, amount DECIMAL(8,2), status VARCHAR(10))",
+                   *[f"INSERT INTO clean VALUES ({i}, {i * 1.5}, 'new')" for i in range(40)],
+                   "UPDATE clean SET status = 'paid' WHERE id < 10", "DELETE FROM clean WHERE id >= 35",
+                   "UPDATE clean SET id = 100 WHERE id = 20"])
+    expectations = tmp_path / "expectations.yml"
+    expectations.write_text(f"tables:\n  {DB}.clean:\n"
+                            "    - expect_column_values_to_be_between: {column: amount, min_value: 0, max_value: 1000}\n"
+                            "    - expect_column_values_to_be_in_set: {column: status, value_set: [new, paid]}\n")
+    lake = tmp_path / "lake"
+    opts = options(lake, new_files(server, first), "clean", webhook, max_lag_seconds=3600,
+                   expectations=str(expectations))
+    summary = run_ingest(opts, executor=spark_executor(spark))
+    assert summary.batch == 0
+    assert without_meta(current(lake, "clean")) == server_rows(server, "clean")
+    assert "gate before merge" in summary.seconds and "gate after merge" in summary.seconds
+    results = read_validations(get_engine(), str(lake)).to_pylist()
+    gates = {(r["stage"], r["gate"]) for r in results}
+    assert all(r["success"] for r in results)
+    for stage, gate in [("before merge", "pk_not_null"), ("before merge", "one_row_per_key"),
+                        ("before merge", "seq_increasing"), ("before merge", "schema_version"),
+                        ("before merge", "no_decode_errors"), ("before merge", "no_statement_dml"),
+                        ("before merge", "history_tally"), ("before merge", "event_types_handled"),
+                        ("before merge", "user:expect_column_values_to_be_between"),
+                        ("before merge", "user:expect_column_values_to_be_in_set"),
+                        ("after merge", "pk_unique"), ("after merge", "count_reconciles"),
+                        ("after merge", "columns_match"), ("after merge", "freshness")]:
+        assert (stage, gate) in gates, (stage, gate)
+    assert webhook.received == []
+    page = tmp_path / "report.html"
+    assert write_report(get_engine(), str(lake), str(page)) == len(results)
+    text = page.read_text()
+    assert "<html>" in text and f"{DB}.clean" in text and "count_reconciles" in text and "FAILED" not in text
+    assert run_ingest(opts).batch is None
+
+
+def test_stages_run_one_by_one_like_airflow_tasks(server, tmp_path) -> None:
+    """The contract's stages called separately (each with its own engine, state only in the lake)."""
+    from binlake.lake import pipeline
+
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE staged (id INT PRIMARY KEY, v INT)",
+                   *[f"INSERT INTO staged VALUES ({i}, {i})" for i in range(10)], "DELETE FROM staged WHERE id = 3"])
+    opts = options(tmp_path / "lake", new_files(server, first), "staged")
+    batch = pipeline.prepare_batch(opts)
+    assert batch == 0 and pipeline.prepare_batch(opts) == 0  # unpublished: resumed, not a new batch
+    with pytest.raises(pipeline.StageOrderError):
+        pipeline.merge_batch(opts, batch)  # the before-merge gate has not passed yet
+    assert pipeline.gate_before_merge(opts, batch).success
+    merged = pipeline.merge_batch(opts, batch)
+    assert merged[f"{DB}.staged"]["current"] == 1
+    assert pipeline.gate_after_merge(opts, batch).success
+    summary = pipeline.publish_batch(opts, batch)
+    assert summary.rows[(f"{DB}.staged", "insert")] == 10
+    assert pipeline.prepare_batch(opts) is None
+    assert without_meta(current(tmp_path / "lake", "staged")) == server_rows(server, "staged")
+
+
+def test_user_expectation_failure_quarantines_and_release_merges_once(server, tmp_path, webhook) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE orders (id INT PRIMARY KEY, amount INT, status VARCHAR(10))",
+                   *[f"INSERT INTO orders VALUES ({i}, {i}, 'new')" for i in range(20)]])
+    lake = tmp_path / "lake"
+    rules = tmp_path / "expectations.json"
+    rules.write_text(json.dumps({"tables": {f"{DB}.orders": [
+        {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 100}}]}}))
+    files = new_files(server, first)
+    run_ingest(options(lake, files, "orders", webhook, expectations=str(rules)))
+    before_rows, before_control = current(lake, "orders"), control_rows(lake)
+
+    second = server.binlog_files()[-1].name
+    write(server, ["INSERT INTO orders VALUES (50, 5000, 'new')", "UPDATE orders SET amount = 7 WHERE id = 1",
+                   "DELETE FROM orders WHERE id = 2"])
+    files = files + [f for f in new_files(server, second) if f not in files]
+    opts = options(lake, files, "orders", webhook, expectations=str(rules))
+    with pytest.raises(GateFailed) as failed:
+        run_ingest(opts)
+    err = failed.value
+    assert err.table == f"{DB}.orders" and err.batch == 1 and err.stage == "before merge"
+    message = str(err)
+    assert "batch 1" in message and f"{DB}.orders" in message and "expect_column_values_to_be_between" in message
+    assert "5000" in message  # the failing value is shown
+    assert current(lake, "orders") == before_rows
+    assert_quarantined(lake, 1, before_control, "user:expect_column_values_to_be_between", webhook, "orders")
+    history_during = history_ops(lake, "orders")
+    assert history_during == {"insert": 21, "update": 1, "delete": 1}  # the history keeps the batch
+
+    # While quarantined nothing new is ingested (it would decode the same changes again).
+    with pytest.raises(BatchQuarantined, match="batch 1 is quarantined"):
+        run_ingest(opts)
+
+    rules.write_text(json.dumps({"tables": {f"{DB}.orders": [
+        {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 10000}}]}}))
+    summary = release_batch(opts, 1)
+    assert summary.batch == 1
+    assert without_meta(current(lake, "orders")) == server_rows(server, "orders")
+    assert history_ops(lake, "orders") == history_during  # merged once, history not appended again
+    states = control_rows(lake)
+    assert all(states[f].status == "merged" and states[f].batch_id == 1 for f in states if f not in before_control)
+    assert run_ingest(opts).batch is None
+    assert quarantined(str(lake)) == []
+
+
+def test_statement_dml_for_a_tracked_table_fails_before_merge(server, tmp_path, webhook) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE stmt (id INT PRIMARY KEY, v INT)", "INSERT INTO stmt VALUES (1, 1)",
+                   "SET SESSION binlog_format = 'STATEMENT'", "UPDATE stmt SET v = v + 1",
+                   "SET SESSION binlog_format = 'ROW'"])
+    lake = tmp_path / "lake"
+    with pytest.raises(GateFailed, match="no_statement_dml"):
+        run_ingest(options(lake, new_files(server, first), "stmt", webhook))
+    assert not get_engine().exists(LakeLayout(str(lake)).current_path(DB, "stmt"))
+    assert_quarantined(lake, 0, {}, "no_statement_dml", webhook, "stmt")
+
+
+class DroppingDeletes:
+    """The real delta-rs engine with a merge bug: it loses the first delete of a current table's merge input."""
+
+    def __init__(self, table_path: str) -> None:
+        self.inner = get_engine()
+        self.path = table_path
+        self.name = "faulty"
+
+    def __getattr__(self, item):
+        return getattr(self.inner, item)
+
+    def merge(self, path, data, keys, app_id, batch):
+        if path == self.path:
+            deleted = data.column("_deleted").to_pylist()
+            if True in deleted:
+                i = deleted.index(True)
+                data = pa.concat_tables([data.slice(0, i), data.slice(i + 1)])
+        return self.inner.merge(path, data, keys, app_id, batch)
+
+
+def test_count_that_does_not_reconcile_restores_the_merge(server, tmp_path, webhook) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE cnt (id INT PRIMARY KEY, v INT)",
+                   *[f"INSERT INTO cnt VALUES ({i}, {i})" for i in range(10)]])
+    lake = tmp_path / "lake"
+    files = new_files(server, first)
+    run_ingest(options(lake, files, "cnt", webhook))
+    before_rows, before_control = current(lake, "cnt"), control_rows(lake)
+    second = server.binlog_files()[-1].name
+    write(server, ["DELETE FROM cnt WHERE id IN (1, 2)", "INSERT INTO cnt VALUES (20, 20)",
+                   "UPDATE cnt SET v = 99 WHERE id = 5"])
+    files = files + [f for f in new_files(server, second) if f not in files]
+    opts = options(lake, files, "cnt", webhook)
+    path = LakeLayout(str(lake)).current_path(DB, "cnt")
+    with pytest.raises(GateFailed, match="count_reconciles") as failed:
+        run_ingest(opts, engine=DroppingDeletes(path))
+    assert failed.value.stage == "after merge"
+    assert [f.gate for f in failed.value.failures] == ["count_reconciles"]  # exactly this gate
+    assert current(lake, "cnt") == before_rows  # the merge was undone
+    assert_quarantined(lake, 1, before_control, "count_reconciles", webhook, "cnt")
+    summary = release_batch(opts, 1)  # the engine fixed (the real one)
+    assert summary.batch == 1
+    assert without_meta(current(lake, "cnt")) == server_rows(server, "cnt")
+    assert history_ops(lake, "cnt") == {"insert": 11, "delete": 2, "update": 1}
+
+
+def test_duplicate_keys_in_the_current_table_fail_pk_unique(server, tmp_path, webhook) -> None:
+    from deltalake import write_deltalake
+
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE dup (id INT PRIMARY KEY, v INT)",
+                   *[f"INSERT INTO dup VALUES ({i}, {i})" for i in range(5)]])
+    lake = tmp_path / "lake"
+    files = new_files(server, first)
+    run_ingest(options(lake, files, "dup", webhook))
+    path = LakeLayout(str(lake)).current_path(DB, "dup")
+    engine = get_engine()
+    table = engine.read(path)
+    write_deltalake(path, table.slice(0, 1), mode="append")  # a foreign writer duplicates key 0
+    before_rows, before_control = engine.read(path).num_rows, control_rows(lake)
+    second = server.binlog_files()[-1].name
+    write(server, ["INSERT INTO dup VALUES (9, 9)", "UPDATE dup SET v = 7 WHERE id = 3"])
+    files = files + [f for f in new_files(server, second) if f not in files]
+    with pytest.raises(GateFailed, match="pk_unique") as failed:
+        run_ingest(options(lake, files, "dup", webhook))
+    assert {f.gate for f in failed.value.failures} == {"pk_unique"}
+    assert "[0]" in str(failed.value) or "0" in str(failed.value.failures[0].sample)
+    after = engine.read(path)
+    assert after.num_rows == before_rows and 9 not in after.column("id").to_pylist()
+    assert_quarantined(lake, 1, before_control, "pk_unique", webhook, "dup")
+
+
+def test_column_type_drift_fails_columns_match(server, tmp_path, webhook) -> None:
+    """The lake's table no longer matches the schema version (its column type was changed outside binlake)."""
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE drift (id INT PRIMARY KEY, v INT)",
+                   *[f"INSERT INTO drift VALUES ({i}, {i})" for i in range(5)]])
+    lake = tmp_path / "lake"
+    files = new_files(server, first)
+    run_ingest(options(lake, files, "drift", webhook))
+    path = LakeLayout(str(lake)).current_path(DB, "drift")
+    engine = get_engine()
+    engine.replace_schema(path, [ColumnChange.convert("v", pa.int64())], "foreign-alter", 1)
+    before_rows, before_control = current(lake, "drift"), control_rows(lake)
+    second = server.binlog_files()[-1].name
+    write(server, ["INSERT INTO drift VALUES (7, 7)"])
+    files = files + [f for f in new_files(server, second) if f not in files]
+    with pytest.raises(GateFailed, match="columns_match") as failed:
+        run_ingest(options(lake, files, "drift", webhook))
+    assert {f.gate for f in failed.value.failures} == {"columns_match"}
+    assert "int64" in str(failed.value)
+    assert current(lake, "drift") == before_rows
+    assert_quarantined(lake, 1, before_control, "columns_match", webhook, "drift")
+
+
+def test_stale_batch_fails_freshness_and_release_without_it_merges(server, tmp_path, webhook) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE stale (id INT PRIMARY KEY, v INT)", "SET TIMESTAMP = UNIX_TIMESTAMP('2020-01-02')",
+                   *[f"INSERT INTO stale VALUES ({i}, {i})" for i in range(5)], "SET TIMESTAMP = DEFAULT"])
+    lake = tmp_path / "lake"
+    opts = options(lake, new_files(server, first), "stale", webhook, max_lag_seconds=86400)
+    with pytest.raises(GateFailed, match="freshness") as failed:
+        run_ingest(opts)
+    assert {f.gate for f in failed.value.failures} == {"freshness"}
+    assert current(lake, "stale") == {}  # the table the batch created is back to its empty creation
+    assert_quarantined(lake, 0, {}, "freshness", webhook, "stale")
+    # The operator accepts the backfill: released without the freshness expectation.
+    opts.quality.max_lag_seconds = None
+    summary = release_batch(opts, 0)
+    assert summary.batch == 0
+    assert without_meta(current(lake, "stale")) == server_rows(server, "stale")
+    assert history_ops(lake, "stale") == {"insert": 5}
+    assert run_ingest(opts).batch is None
