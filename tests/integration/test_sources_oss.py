@@ -111,6 +111,13 @@ def test_signed_put_get_head_delete_with_percent_encoded_keys(oss_server, versio
         bucket.get_object(key)
     assert missing.value.details["Key"] == key and missing.value.request_id
     assert not bucket.object_exists(key)
+    with pytest.raises(oss2.exceptions.ServerError) as bad_md5:
+        bucket.put_object(key, data, headers={"Content-MD5": "1B2M2Y8AsgTpgAmY7PhCfg=="})  # the MD5 of b""
+    assert (bad_md5.value.status, bad_md5.value.code) == (400, "InvalidDigest") and not bucket.object_exists(key)
+    bucket.put_object(key, b"first", headers={"x-oss-forbid-overwrite": "true"})
+    with pytest.raises(oss2.exceptions.ServerError) as exists:
+        bucket.put_object(key, b"second", headers={"x-oss-forbid-overwrite": "true"})
+    assert exists.value.code == "FileAlreadyExists" and bucket.get_object(key).read() == b"first"
 
 
 @pytest.mark.parametrize("version", ["v1", "v4"])
@@ -270,6 +277,10 @@ def test_wrong_content_is_rejected_and_nothing_is_landed(oss_server, binlogs, tm
     (other / "bad" / "default" / files[0].name).write_bytes(b"\xfebin different")
     with pytest.raises(ChecksumMismatchError, match="not overwriting"):
         source.fetch(f, str(other))
+    # An object replaced after it was listed is not mixed with the listed version (If-Match on the listed ETag).
+    oss_server.put(BUCKET, key, files[0].read_bytes() + b"appended later")
+    with pytest.raises(SourceError, match="changed while it was being read"):
+        source.fetch(f, str(tmp_path / "replaced"))
     # Object names that are not plain file names never become paths.
     with pytest.raises(SourceError, match="refusing"):
         source.fetch(type(f)(name="../escape.000001", location="x"), str(tmp_path))
