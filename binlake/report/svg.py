@@ -201,8 +201,9 @@ def ranked_bars(rows: list[TxnRow], chart_id: str, label: str, unit: str) -> str
                    f'fill="{color(k if k < 1 else 0)}" fill-opacity="{1 - 0.05 * min(k, 10):.2f}">'
                    f'<title>{escape(r.where)}: {fmt_num(r.measure)} {escape(unit)}, {r.rows:,} rows, {escape(r.start)}'
                    f'{(", " + escape(r.detail)) if r.detail else ""}</title></rect>')
+        shown_unit = unit[:-1] if r.measure == 1 and unit.endswith("s") and len(unit) > 1 else unit
         out.append(f'<text x="{left + w + 6:.1f}" y="{y + 16}" class="value">{fmt_num(r.measure)} '
-                   f'{escape(unit)}</text>')
+                   f'{escape(shown_unit)}</text>')
     out.append(f'<line x1="{left}" y1="{TOP - 4}" x2="{left}" y2="{TOP + row_h * len(rows)}" stroke="#8a9099"/>')
     out.append("</svg>")
     return "\n".join(out)
