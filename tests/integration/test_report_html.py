@@ -286,3 +286,14 @@ def test_lake_report_refuses_an_unknown_batch(workload, tmp_path, capsys) -> Non
     code = main(["report", "--lake", str(workload["lake"]), "--batch", "999", "--out", str(tmp_path / "x.html")])
     assert code == 2
     assert "no history rows for batch 999" in capsys.readouterr().err
+
+
+def test_stats_html_with_nothing_selected_says_so(workload, tmp_path, capsys) -> None:
+    page = tmp_path / "empty.html"
+    files = [str(f) for f in workload["files1"]]
+    assert main(["stats", "--databases", "no_such_db", "--json", "--html", str(page), *files]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 0
+    dom = dump_dom(page, tmp_path)
+    assert set(dom.sections) == CHARTS
+    assert dom.sections["chart-volume"]["rect"] == 0  # the other databases' commits still count as transactions
+    assert "no data in this range" in " ".join(dom.text)
