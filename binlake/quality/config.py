@@ -71,7 +71,7 @@ def load_expectations(path: str | None) -> dict[str, list[UserExpectation]]:
         else:
             doc = json.loads(text)
     except Exception as exc:
-        raise ExpectationsFileError(f"{p}: not valid {'YAML' if p.suffix != '.json' else 'JSON'}: {exc}") from None
+        raise ExpectationsFileError(f"{p}: not valid {'YAML' if p.suffix in ('.yml', '.yaml') else 'JSON'}: {exc}") from None
     tables = doc.get("tables") if isinstance(doc, dict) else None
     if not isinstance(tables, dict):
         raise ExpectationsFileError(f"{p}: expected a top-level 'tables:' mapping of db.table to a list")
@@ -88,7 +88,12 @@ def load_expectations(path: str | None) -> dict[str, list[UserExpectation]]:
             (name, kwargs), = entry.items()
             if not isinstance(kwargs, dict):
                 raise ExpectationsFileError(f"{where}: arguments of {name} must be a mapping")
-            expectation_class(name, where)  # fail now, not at the first batch
+            try:  # fail now, not at the first batch
+                expectation_class(name, where)(**kwargs)
+            except ExpectationsFileError:
+                raise
+            except Exception as exc:
+                raise ExpectationsFileError(f"{where}: {name}: invalid arguments {kwargs}: {exc}") from None
             out.setdefault(str(table), []).append(UserExpectation(str(table), str(name), dict(kwargs)))
     return out
 
@@ -97,6 +102,9 @@ def expectation_class(name: str, where: str = "") -> type:
     """The GE expectation class for a snake-case name (expect_column_values_to_be_between)."""
     import great_expectations as gx
 
+    from .runner import ensure_context
+
+    ensure_context()
     camel = "".join(part.capitalize() for part in str(name).split("_"))
     cls = getattr(gx.expectations, camel, None)
     if not str(name).startswith("expect_") or cls is None:

@@ -74,6 +74,9 @@ class GateFailed(Exception):
 def _gx():
     import great_expectations as gx
 
+    from .runner import ensure_context
+
+    ensure_context()  # GE objects need an active (ephemeral) context
     return gx.expectations
 
 

@@ -66,6 +66,10 @@ def _batch_definition():
     return source.add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole")
 
 
+def ensure_context() -> None:
+    _batch_definition()
+
+
 def _plain(value: Any) -> Any:
     """JSON-safe form of GE's observed values and samples (numpy scalars, Decimals, timestamps, tuples)."""
     try:

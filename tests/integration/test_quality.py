@@ -10,10 +10,12 @@ import re
 import threading
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from binlake.cli import main
 from binlake.lake.control import ControlTable
 from binlake.lake.engines import ColumnChange, get_engine
 from binlake.lake.ingest import IngestOptions, run_ingest
@@ -343,7 +345,7 @@ def test_column_type_drift_fails_columns_match(server, tmp_path, webhook) -> Non
     assert_quarantined(lake, 1, before_control, "columns_match", webhook, "drift")
 
 
-def test_stale_batch_fails_freshness_and_release_without_it_merges(server, tmp_path, webhook) -> None:
+def test_stale_batch_fails_freshness_and_release_without_it_merges(server, tmp_path, webhook, capsys) -> None:
     first = server.binlog_files()[-1].name
     write(server, ["CREATE TABLE stale (id INT PRIMARY KEY, v INT)", "SET TIMESTAMP = UNIX_TIMESTAMP('2020-01-02')",
                    *[f"INSERT INTO stale VALUES ({i}, {i})" for i in range(5)], "SET TIMESTAMP = DEFAULT"])
@@ -354,10 +356,48 @@ def test_stale_batch_fails_freshness_and_release_without_it_merges(server, tmp_p
     assert {f.gate for f in failed.value.failures} == {"freshness"}
     assert current(lake, "stale") == {}  # the table the batch created is back to its empty creation
     assert_quarantined(lake, 0, {}, "freshness", webhook, "stale")
-    # The operator accepts the backfill: released without the freshness expectation.
-    opts.quality.max_lag_seconds = None
-    summary = release_batch(opts, 0)
-    assert summary.batch == 0
+    # The operator inspects it and accepts the backfill: `binlake quarantine release` without --max-lag.
+    assert main(["quarantine", "list", "--lake", str(lake)]) == 0
+    listed = capsys.readouterr().out
+    assert "batch 0: after merge gate failed" in listed and f"{DB}.stale" in listed
+    assert main(["quarantine", "show", "0", "--lake", str(lake)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["state"] == "quarantined" and shown["quarantine"]["failures"][0]["gate"] == "freshness"
+    assert main(["quarantine", "release", "0", "--lake", str(lake)]) == 0
+    assert "batch 0:" in capsys.readouterr().out
     assert without_meta(current(lake, "stale")) == server_rows(server, "stale")
     assert history_ops(lake, "stale") == {"insert": 5}
+    opts.quality.max_lag_seconds = None
     assert run_ingest(opts).batch is None
+    assert main(["quality", "report", "--lake", str(lake), "--out", str(tmp_path / "q.html")]) == 0
+    page = (tmp_path / "q.html").read_text()
+    assert "FAILED" in page and "freshness" in page and "passed" in page  # the failed run and the released one
+
+
+def test_ingest_command_exits_non_zero_naming_table_batch_and_expectation(server, tmp_path, capsys) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE cli (id INT PRIMARY KEY, status VARCHAR(10))", "INSERT INTO cli VALUES (1, 'bogus')"])
+    files = new_files(server, first)
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    for f in files:
+        (source / Path(f).name).symlink_to(f)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(f"tables:\n  {DB}.cli:\n    - expect_column_values_to_be_in_set: "
+                     "{column: status, value_set: [new, paid]}\n")
+    code = main(["ingest", "--source", f"local:{source}", "--lake", str(tmp_path / "lake"), "--databases", DB,
+                 "--tables", r"\.cli$", "--expectations", str(rules)])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "GateFailed" in err and "batch 0" in err and f"{DB}.cli" in err and "expect_column_values_to_be_in_set" in err
+    assert "bogus" in err
+
+
+def test_the_documented_expectations_file_loads() -> None:
+    from binlake.quality.config import ExpectationsFileError, load_expectations
+
+    loaded = load_expectations(str(Path(__file__).resolve().parents[2] / "schemas" / "expectations.yml"))
+    assert loaded["shop.customers"][0].name == "expect_column_values_to_be_between"
+    bad = Path(__file__).resolve().parents[2] / "schemas" / "README.md"
+    with pytest.raises(ExpectationsFileError, match=r"README\.md: not valid JSON"):
+        load_expectations(str(bad))
