@@ -38,15 +38,16 @@ class RawCache(dict):
 
     Looked up with `map(cache.__getitem__, raws)`: hits never leave C."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "limit")
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], limit: int = CACHE_LIMIT) -> None:
         super().__init__()
         self.fn = fn
+        self.limit = limit
 
     def __missing__(self, key: Any) -> Any:
         value = self.fn(key)
-        if len(self) >= CACHE_LIMIT:
+        if len(self) >= self.limit:
             self.clear()
         self[key] = value
         return value
@@ -56,10 +57,10 @@ class RawCache(dict):
 _shared: dict[tuple, RawCache] = {}
 
 
-def _shared_cache(key: tuple, fn: Callable[[Any], Any]) -> RawCache:
+def _shared_cache(key: tuple, fn: Callable[[Any], Any], limit: int = CACHE_LIMIT) -> RawCache:
     cache = _shared.get(key)
     if cache is None:
-        cache = _shared[key] = RawCache(fn)
+        cache = _shared[key] = RawCache(fn, limit)
     return cache
 
 
@@ -308,17 +309,22 @@ def _decimal_column(col: Column, bit: int) -> _Col:
 
         return _shared_cache(("decimal-frac", p, s, negative), text)
 
-    ints = _shared_cache(("decimal-int", p, s), int_part)
     fracs = (frac_part(False), frac_part(True))
-    fracs_for = _shared_cache(("decimal-sign", p, s), lambda raw: fracs[not raw[0] & 0x80])
     add_exact = _DECIMAL_CONTEXT.add
-    ints_get, fracs_get = ints.__getitem__, fracs_for.__getitem__
+
+    def values_of(int_raw: bytes) -> RawCache:
+        """fraction bytes -> the whole value, for one integer part (a second level: hits add nothing)."""
+        int_value = int_part(int_raw)
+        frac_values = fracs[not int_raw[0] & 0x80]
+        return RawCache(lambda frac_raw: add_exact(int_value, frac_values[frac_raw]), 128)
+
+    by_int = _shared_cache(("decimal-int", p, s), values_of, 2048).__getitem__
 
     def vec(f):
-        return list(map(add_exact, map(ints_get, f[0]), map(getitem, map(fracs_get, f[0]), f[1])))
+        return list(map(getitem, map(by_int, f[0]), f[1]))
 
     def one(a, b):
-        return add_exact(ints_get(a), fracs_get(a)[b])
+        return by_int(a)[b]
 
     return _Col(col.index, bit, [f"{int_bytes}s", f"{size - int_bytes}s"], 0, vec, one)
 
