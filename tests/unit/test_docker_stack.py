@@ -86,6 +86,12 @@ def test_images_build_from_files_that_exist(compose) -> None:
         assert context == ROOT and dockerfile.is_file(), name
         dockerfiles.add(dockerfile)
     assert {d.name for d in dockerfiles} == {"Dockerfile", "airflow.Dockerfile"}
+    for dockerfile in dockerfiles:  # the context is the project root: the venv and git history stay out
+        ignored = (dockerfile.parent / f"{dockerfile.name}.dockerignore").read_text().split()
+        assert {".git", ".venv"} <= set(ignored)
+        copied = {src for line in dockerfile.read_text().splitlines() if line.startswith("COPY ")
+                  for src in [p for p in line.split()[1:] if not p.startswith("--")][:-1]}
+        assert not copied & set(ignored), f"{dockerfile.name} copies what its .dockerignore leaves out"
     for dockerfile in dockerfiles:
         for line in dockerfile.read_text().splitlines():
             if line.startswith("COPY "):
