@@ -1,8 +1,8 @@
 """Ingest speed on the decoder benchmark's 500,000-change binlog (built by benchmarks/decode.py if missing).
 
-Reports end-to-end rows/s, the split between decode, history append and merge, peak memory, decode-only time
-for comparison (target: ingest within 3x of decode-only), Spark local[1] vs local[2], and the time of a second
-run over the same input (target: a no-op under 10 s). Usage:
+Reports end-to-end rows/s, the split between decode, history append, quality gates and merge, peak memory,
+decode-only time for comparison (target: ingest within 3x of decode-only), Spark local[1] vs local[2], and the
+time of a second run over the same input (target: a no-op under 10 s). Usage:
 
     .venv/bin/python benchmarks/ingest.py [--json OUT] [--no-spark]
 """
@@ -67,6 +67,18 @@ def run_child(mode: str, files: list[str]) -> dict:
         shutil.rmtree(lake, ignore_errors=True)
 
 
+def gate_figures(run: dict) -> dict:
+    """The quality gates' share of an ingest run (run_ingest's split: gates before and after the merge, and the
+    one-off Great Expectations import of the process)."""
+    split = run["split"]
+    before, after = split.get("gate before merge", 0.0), split.get("gate after merge", 0.0)
+    library = split.get("gate library import", 0.0)
+    return {"before_merge_seconds": round(before, 2), "after_merge_seconds": round(after, 2),
+            "library_import_seconds": round(library, 2),
+            "share_of_ingest": round((before + after + library) / run["first"], 3),
+            "ingest_seconds_without_gates": round(run["first"] - before - after - library, 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="also write the figures to this file")
@@ -79,6 +91,7 @@ def main() -> int:
     local = run_child("local", files)
     figures["local"] = local
     figures["ingest_over_decode"] = round(local["first"] / figures["decode_only_seconds"], 2)
+    figures["gates"] = gate_figures(local)
     figures["rows_per_second"] = round(local["rows"] / local["first"])
     if not args.no_spark:
         for cores in (1, 2):
