@@ -190,7 +190,7 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     if any(len(t) != 2 for t in tables):
         raise ValueError("--tables takes db.table names separated by commas")
     summary = run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
-                            pipeline=args.pipeline)
+                            pipeline=args.pipeline, method=args.method, watermark_table=args.watermark_table)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -328,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instance", default="default")
     p.add_argument("--pipeline", default="default")
     p.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk (integer primary keys)")
+    p.add_argument("--method", choices=("auto", "snapshot", "watermark"), default="auto",
+                   help="snapshot: MariaDB's binlog_snapshot_file/position; watermark: binlog positions observed "
+                   "around each chunk (MySQL, RDS); auto: snapshot where the server reports it")
+    p.add_argument("--watermark-table", help="db.table the watermark method writes one row to per chunk (created "
+                   "if missing), which makes every change before the low watermark visible to the chunk's read")
     p.set_defaults(func=cmd_bootstrap)
 
     p = sub.add_parser("trace", help="a row's full change timeline: when, which op, old -> new, file:pos, GTID")
