@@ -47,8 +47,10 @@ LAKE = {"pool": CONFIG.pool} if CONFIG.pool else {}
 )
 def binlake_backfill():
     chunks = plan_backfill(CONFIG.path)
-    files = discover.partial(config=CONFIG.path).expand(window=chunks)
-    landed = fetch.partial(config=CONFIG.path).expand(files=files)
+    listed = discover.partial(config=CONFIG.path).expand(window=chunks)
+    # One chunk at a time: fetching records new files in the lake's control table.
+    landed = fetch.override(max_active_tis_per_dagrun=1).partial(config=CONFIG.path).expand(window=chunks)
+    listed >> landed
     state = prepare.override(**LAKE)(CONFIG.path, landed)
     state = gate_before_merge.override(**LAKE)(CONFIG.path, state)
     state = merge.override(**LAKE)(CONFIG.path, state)

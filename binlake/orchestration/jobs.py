@@ -20,11 +20,14 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..config import DeploymentConfig, load_config
 from .stages import STAGES, jsonable, run_stage
+
+CREDENTIALS_ENV = "BINLAKE_SOURCE_CREDENTIALS"  # source secrets reach the child in its environment, not its argv
 
 
 class StageError(RuntimeError):
@@ -45,8 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True)
     p.add_argument("--stage", required=True, choices=STAGES)
     p.add_argument("--instance", required=True)
-    p.add_argument("--lineage", required=True)
+    p.add_argument("--lineage")
     p.add_argument("--batch", type=int)
+    p.add_argument("--start", help="window start (fetch), ISO 8601 UTC")
+    p.add_argument("--end", help="window end (fetch), ISO 8601 UTC")
     p.add_argument("--result", required=True)
     return p
 
@@ -77,7 +82,9 @@ def job_main(argv: list[str] | None = None,
         executor = None
         if executor_factory is not None and args.stage == "prepare":
             executor, close = executor_factory()
-        out = run_stage(cfg, args.stage, args.instance, args.lineage, args.batch, executor)
+        window = (datetime.fromisoformat(args.start), datetime.fromisoformat(args.end)) if args.start else None
+        credentials = json.loads(os.environ.pop(CREDENTIALS_ENV, "") or "{}")
+        out = run_stage(cfg, args.stage, args.instance, args.lineage, args.batch, executor, window, credentials)
         payload = {"status": "ok", "result": out}
     except BaseException as exc:  # everything goes to the result file
         payload = error_payload(exc)
@@ -112,21 +119,27 @@ def stage_command(cfg: DeploymentConfig, stage: str, args: list[str]) -> tuple[l
     return cmd, env
 
 
-def run_stage_process(cfg: DeploymentConfig, stage: str, instance: str, lineage: str, batch: int | None = None,
-                      log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_stage_process(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | None = None,
+                      batch: int | None = None, window: tuple[datetime, datetime] | None = None,
+                      credentials: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run a stage in a child process and return its result; raise StageError (GateFailedError for gates)."""
     jobs_dir = Path(cfg.landing) / "_jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=jobs_dir, prefix=f"{instance}-{stage}-") as tmp:
         result = os.path.join(tmp, "result.json")
-        args = ["--config", cfg.path, "--stage", stage, "--instance", instance, "--lineage", lineage,
-                "--result", result]
+        args = ["--config", cfg.path, "--stage", stage, "--instance", instance, "--result", result]
+        if lineage is not None:
+            args += ["--lineage", lineage]
         if batch is not None:
             args += ["--batch", str(batch)]
+        if window is not None:
+            args += ["--start", window[0].isoformat(), "--end", window[1].isoformat()]
         cmd, extra_env = stage_command(cfg, stage, args)
         log(f"{instance}: {stage}: {' '.join(cmd)}")
         tail: collections.deque[str] = collections.deque(maxlen=40)
         env = {**os.environ, **extra_env}
+        if credentials:
+            env[CREDENTIALS_ENV] = json.dumps(credentials)
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                               errors="replace") as proc:
             assert proc.stdout is not None

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DeploymentConfig
-from .service import OrchestrationError, landed_files
+from .service import OrchestrationError, fetch, landed_files, source_instance
 
-STAGES = ("prepare", "gate_before", "merge", "gate_after", "publish")
+STAGES = ("fetch", "prepare", "gate_before", "merge", "gate_after", "publish")
 
 
 def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
@@ -24,12 +24,11 @@ def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
     from ..lake.ingest import IngestOptions
 
     inst = cfg.instance(instance)
-    schemas = cfg.schemas if (Path(cfg.schemas) / instance).is_dir() else None
+    schemas = cfg.schemas if (Path(cfg.schemas) / source_instance(inst)).is_dir() else None
     opts = IngestOptions(lake=cfg.lake, files=landed_files(cfg, instance, lineage), schemas=schemas,
-                         instance=instance, lineage=lineage, engine=cfg.engine, pipeline=cfg.pipeline,
+                         instance=source_instance(inst), lineage=lineage, engine=cfg.engine, pipeline=cfg.pipeline,
                          tables=inst.table_regex, split_bytes=cfg.split_mb << 20)
-    if "quality" in {f.name for f in dataclasses.fields(IngestOptions)}:
-        opts.quality = quality_options(cfg)
+    opts.quality = quality_options(cfg)
     return opts
 
 
@@ -43,22 +42,32 @@ def quality_options(cfg: DeploymentConfig):
                          max_lag_seconds=q.freshness_lag_minutes * 60 if q.freshness_lag_minutes else None)
 
 
-def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str, batch: int | None = None,
-              executor: Callable | None = None) -> dict[str, Any]:
-    """Run one stage; returns {"batch": ...} plus the stage's report."""
+def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | None = None,
+              batch: int | None = None, executor: Callable | None = None, window: tuple | None = None,
+              credentials: dict | None = None) -> dict[str, Any]:
+    """Run one stage; returns {"batch": ...} plus the stage's report (fetch: what landed)."""
     if stage not in STAGES:
         raise OrchestrationError(f"unknown stage {stage!r} (one of {', '.join(STAGES)})")
-    opts = ingest_options(cfg, instance, lineage)
     started = time.perf_counter()
-    try:
-        from ..lake import pipeline
-    except ImportError:  # TEMPORARY until binlake.lake.pipeline lands: the whole ingest runs in prepare
-        return _whole_ingest(cfg, stage, opts, batch, executor)
+    if stage == "fetch":
+        if window is None:
+            raise OrchestrationError(f"instance {instance}: fetch needs a window (start, end)")
+        out: dict[str, Any] = fetch(cfg, instance, window[0], window[1], credentials, log=print)
+        out["seconds"] = round(time.perf_counter() - started, 3)
+        return out
+    if lineage is None:
+        raise OrchestrationError(f"instance {instance}: {stage} needs the host lineage fetch chose")
+    from ..lake import pipeline
+
+    opts = ingest_options(cfg, instance, lineage)
     if stage == "prepare":
         kwargs = {"executor": executor} if executor is not None else {}
-        out: dict[str, Any] = {"batch": pipeline.prepare_batch(opts, **kwargs)}
+        out = {"batch": pipeline.prepare_batch(opts, progress=print, **kwargs),
+               "decoded_by": "spark" if executor is not None else "in-process"}
     elif batch is None:
         out = {"batch": None, "skipped": "nothing new to ingest"}
+    elif stage.startswith("gate_") and not cfg.quality.enabled:
+        out = {"batch": batch, "skipped": "quality.enabled is false"}
     elif stage == "gate_before":
         out = {"batch": batch, "report": jsonable(pipeline.gate_before_merge(opts, batch))}
     elif stage == "merge":
@@ -94,19 +103,3 @@ def jsonable(value: Any) -> Any:
         return value
     return str(value)
 
-
-def _whole_ingest(cfg: DeploymentConfig, stage: str, opts, batch: int | None, executor) -> dict[str, Any]:
-    import json
-
-    from ..lake.ingest import run_ingest
-
-    store = Path(cfg.landing) / "_jobs"
-    if stage == "prepare":
-        summary = run_ingest(opts, **({"executor": executor} if executor is not None else {}))
-        if summary.batch is not None:
-            store.mkdir(parents=True, exist_ok=True)
-            (store / f"{opts.instance}-{summary.batch}.json").write_text(json.dumps(summary_dict(summary)))
-        return {"batch": summary.batch}
-    if stage == "publish" and batch is not None:
-        return json.loads((store / f"{opts.instance}-{batch}.json").read_text())
-    return {"batch": batch}

@@ -83,21 +83,26 @@ def discover(config: str, instance: str | None = None, window: dict | None = Non
 
 
 @task
-def fetch(config: str, files: list[dict[str, Any]], instance: str | None = None) -> dict[str, Any]:
-    """Land the discovered files (verified; already landed ones are not downloaded again)."""
-    from binlake.orchestration.service import fetch as fetch_files
+def fetch(config: str, instance: str | None = None, window: dict | None = None) -> dict[str, Any]:
+    """Land the window's files of the chosen host lineage (verified; landed files are not downloaded again)."""
+    from binlake.orchestration.jobs import run_stage_process
 
     cfg, name = load_config(config), _instance(instance)
-    landed = fetch_files(cfg, name, list(files), _credentials(cfg, name) if files else None)
-    log.info("%s: landed %d file(s)", name, len(landed["files"]))
+    start, end = _window(window)
+    landed = run_stage_process(cfg, "fetch", name, window=(start, end), credentials=_credentials(cfg, name),
+                               log=log.info)
+    log.info("%s: lineage %s, landed %d file(s): %s", name, landed["lineage"], len(landed["files"]), landed["files"])
     return landed
 
 
-def _merged(fetched: Any) -> dict[str, Any]:
-    """One fetch result, or the results of a mapped fetch, as one."""
+def _lineage(instance: str, fetched: Any) -> str | None:
+    """The host lineage of one fetch result, or of all results of a mapped fetch (which must agree)."""
     items = [fetched] if isinstance(fetched, dict) else list(fetched or [])
-    return {"lineages": sorted({lin for f in items for lin in f.get("lineages", [])}),
-            "files": [n for f in items for n in f.get("files", [])]}
+    lineages = sorted({f["lineage"] for f in items if f.get("lineage")})
+    if len(lineages) > 1:
+        raise ValueError(f"instance {instance}: the fetched chunks chose different host lineages "
+                         f"({', '.join(lineages)}); pin one with `source_options.lineage`")
+    return lineages[0] if lineages else None
 
 
 def _stage(config: str, state: dict[str, Any], stage: str) -> dict[str, Any]:
@@ -115,16 +120,15 @@ def _stage(config: str, state: dict[str, Any], stage: str) -> dict[str, Any]:
 def prepare(config: str, fetched: Any, instance: str | None = None) -> dict[str, Any]:
     """Decode what is new (Spark job when configured) and append the history; the pending batch or None."""
     from binlake.orchestration.jobs import run_stage_process
-    from binlake.orchestration.service import choose_lineage
 
     cfg, name = load_config(config), _instance(instance)
-    lineage = choose_lineage(cfg, name, _merged(fetched))
+    lineage = _lineage(name, fetched)
     if lineage is None:
         log.info("%s: no files landed yet", name)
         return {"instance": name, "lineage": None, "batch": None}
     result = run_stage_process(cfg, "prepare", name, lineage, log=log.info)
-    log.info("%s: batch %s", name, result["batch"])
-    return {"instance": name, "lineage": lineage, "batch": result["batch"]}
+    log.info("%s: batch %s (decoded %s)", name, result["batch"], result.get("decoded_by"))
+    return {"instance": name, "lineage": lineage, "batch": result["batch"], "decoded_by": result.get("decoded_by")}
 
 
 @task
@@ -191,8 +195,8 @@ def ingest_chain(cfg: DeploymentConfig, instance: str) -> TaskGroup:
     """One instance's hourly chain, as a task group named after the instance."""
     lake = {"pool": cfg.pool} if cfg.pool else {}
     with TaskGroup(group_id=instance) as group:
-        files = discover(cfg.path, instance)
-        landed = fetch(cfg.path, files, instance)
+        landed = fetch(cfg.path, instance)
+        discover(cfg.path, instance) >> landed
         state = prepare.override(**lake)(cfg.path, landed, instance)
         state = gate_before_merge.override(**lake)(cfg.path, state)
         state = merge.override(**lake)(cfg.path, state)
