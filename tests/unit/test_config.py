@@ -1,0 +1,89 @@
+"""The deployment config: defaults, relative paths, table globs, and errors that name the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from binlake.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = 'lake = "lake"\nlanding = "landing"\n[[instances]]\nname = "a"\nsource = "local:binlogs"\n'
+
+
+def top(line: str) -> str:
+    """MINIMAL with a top-level key (before the [[instances]] table)."""
+    return line + "\n" + MINIMAL
+
+
+def write(tmp_path: Path, text: str, name: str = "binlake.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_example_config_loads() -> None:
+    cfg = load_config(ROOT / "docs" / "binlake.example.toml")
+    assert [i.name for i in cfg.instances] == ["orders", "billing"]
+    orders = cfg.instance("orders")
+    assert orders.tracks("shop.orders") and not orders.tracks("shop.tmp_1") and not orders.tracks("other.orders")
+    assert cfg.instance("billing").tracks("billing.payments") and not cfg.instance("billing").tracks("billing.x")
+    assert cfg.spark.mode == "local" and cfg.alerts.sla_lag_minutes == 180
+
+
+def test_defaults_and_relative_paths(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, MINIMAL))
+    assert cfg.lake == str(tmp_path / "lake") and cfg.landing == str(tmp_path / "landing")
+    assert cfg.schemas == str(tmp_path / "landing" / "_schemas")
+    assert cfg.instances[0].source == f"local:{tmp_path / 'binlogs'}"
+    assert cfg.instances[0].table_regex is None and cfg.instances[0].tracks("any.table")
+    assert (cfg.engine, cfg.spark.mode, cfg.spark.master, cfg.retries, cfg.pool) == \
+        ("delta-rs", "local", "local[*]", 2, None)
+    assert cfg.quality.enabled and cfg.quality.freshness_lag_minutes is None
+    assert cfg.landing_dir("a", "h1") == str(tmp_path / "landing" / "a" / "h1")
+
+
+def test_yaml_config(tmp_path: Path) -> None:
+    path = write(tmp_path, "lake: s3://bucket/lake\nlanding: /data/landing\nspark: {mode: submit, master: yarn}\n"
+                           "instances:\n  - {name: x, source: 'rds:rm-1', tables: ['db.*']}\n", "binlake.yaml")
+    cfg = load_config(path)
+    assert cfg.lake == "s3://bucket/lake" and cfg.spark.mode == "submit" and cfg.instances[0].tables == ["db.*"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('landing = "x"\n[[instances]]\nname = "a"\nsource = "local:x"\n', "`lake` is required"),
+    (top('engine = "duckdb"'), "`engine` must be one of delta-rs, delta-spark"),
+    (top("retries = true"), "`retries` must be an integer"),
+    (top('colour = "blue"'), "`colour` is not a known key"),
+    (MINIMAL + '[spark]\nmode = "yarn"\n', "`spark.mode` must be one of local, submit, in-process"),
+    (MINIMAL + "[spark]\nconf = { a = [1] }\n", "`spark.conf.a` must be a string, number or boolean"),
+    (MINIMAL + '[alerts]\nwebhook_url = "ftp://x"\n', "`alerts.webhook_url` must be an http:// or https:// URL"),
+    (MINIMAL + "[alerts]\nsla_lag_minutes = 0\n", "`alerts.sla_lag_minutes` must be a positive integer"),
+    (MINIMAL + "[quality]\nfreshness = 3\n", "`quality.freshness` is not a known key"),
+    (MINIMAL.replace('"local:binlogs"', '"ftp://x"'), "`instances[0].source` must start with one of"),
+    (MINIMAL.replace('name = "a"', 'name = "a b"'), "`instances[0].name` must be letters"),
+    (MINIMAL + '[[instances]]\nname = "a"\nsource = "local:y"\n', "`instances[1].name` 'a' is used twice"),
+    (MINIMAL + '[[instances]]\nname = "b"\nsource = "local:y"\ntables = "db.*"\n',
+     "`instances[1].tables` must be list"),
+    (top('start_date = "yesterday"'), "`start_date` must be an ISO 8601 time"),
+    ('lake = "l"\nlanding = "s3://b/x"\ninstances = []\n', "`landing` must be a local directory"),
+    ('lake = "l"\nlanding = "x"\ninstances = []\n', "`instances` must list at least one instance"),
+])
+def test_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BINLAKE_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match=r"set \$BINLAKE_CONFIG"):
+        load_config()
+    with pytest.raises(ConfigError, match="cannot read the deployment config"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "lake = \n"))
+    with pytest.raises(ConfigError, match="no instance named 'zz'"):
+        parse_config({"lake": "l", "landing": "/x", "instances": [{"name": "a", "source": "local:/x"}]}).instance("zz")
