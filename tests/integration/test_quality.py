@@ -401,3 +401,60 @@ def test_the_documented_expectations_file_loads() -> None:
     bad = Path(__file__).resolve().parents[2] / "schemas" / "README.md"
     with pytest.raises(ExpectationsFileError, match=r"README\.md: not valid JSON"):
         load_expectations(str(bad))
+
+
+class SmtpReceiver:
+    """A minimal SMTP server on 127.0.0.1 (EHLO/HELO, MAIL, RCPT, DATA, QUIT) keeping each message's text."""
+
+    def __init__(self) -> None:
+        import socketserver
+
+        messages = self.messages = []
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                self.wfile.write(b"220 test ESMTP\r\n")
+                while line := self.rfile.readline():
+                    verb = line.decode().strip().split(" ")[0].upper()
+                    if verb == "DATA":
+                        self.wfile.write(b"354 go ahead\r\n")
+                        body = []
+                        while (data := self.rfile.readline()) not in (b".\r\n", b""):
+                            body.append(data.decode())
+                        messages.append("".join(body))
+                        self.wfile.write(b"250 queued\r\n")
+                    elif verb == "QUIT":
+                        self.wfile.write(b"221 bye\r\n")
+                        return
+                    else:
+                        self.wfile.write(b"250 ok\r\n")
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_alert_goes_to_log_webhook_and_email_and_a_dead_webhook_is_reported(webhook, caplog) -> None:
+    from binlake.quality.alerts import Alert, send_alert
+
+    smtp = SmtpReceiver()
+    try:
+        alert = Alert("shop.orders", 7, "after merge", [{"expectation": "expect_column_values_to_be_unique",
+                                                          "gate": "pk_unique", "sample": [42]}], "/lake")
+        config = AlertConfig(webhook_url=webhook.url, email_to=["ops@example.com"], smtp_host="127.0.0.1",
+                             smtp_port=smtp.port)
+        with caplog.at_level("ERROR", logger="binlake.alerts"):
+            outcome = send_alert(config, alert)
+        assert outcome == {"log": "sent", "webhook": "sent", "email": "sent"}
+        assert "table shop.orders, batch 7, after merge: expect_column_values_to_be_unique" in caplog.text
+        assert webhook.received[0]["batch"] == 7 and webhook.received[0]["failures"][0]["sample"] == [42]
+        assert "Subject: binlake gate failed: table shop.orders, batch 7" in smtp.messages[0]
+        assert "pk_unique" in smtp.messages[0]
+    finally:
+        smtp.close()
+    dead = send_alert(AlertConfig(webhook_url="http://127.0.0.1:9/nothing", webhook_timeout=2), alert)
+    assert dead["log"] == "sent" and dead["webhook"].startswith("failed:")
