@@ -213,6 +213,8 @@ def test_killed_at_any_commit_then_rerun_equals_uninterrupted(source, tmp_path) 
           ["UPDATE k SET v = 'b' WHERE id < 10", "DELETE FROM k WHERE id >= 25", "UPDATE k SET id = 100 WHERE id = 3"])
     files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
     opts = dict(files=files, databases={DB}, tables=__import__("re").compile(r"\.k2?$"))
+    from binlake.lake.pending import BatchStore
+
     run_ingest(IngestOptions(lake=str(tmp_path / "clean"), **opts))
     expected = _lake_state(tmp_path / "clean")
     assert len(expected[0]) == 25
@@ -226,8 +228,24 @@ def test_killed_at_any_commit_then_rerun_equals_uninterrupted(source, tmp_path) 
         assert rerun.batch == 0  # the unrecorded batch is redone under the same number
         assert _lake_state(lake) == expected, f"crash after {crash_at} commits"
         assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch is None
+    # Killed right after the control table's commit, before the pending batch was closed: the rerun closes it.
+    lake = tmp_path / "after-control"
+    engine = CrashAfter(8)
+    real_merge = engine.inner.merge
+
+    def merge_then_die(path, *args, **kwargs):
+        done = real_merge(path, *args, **kwargs)
+        if path.endswith("_binlake/files"):
+            raise RuntimeError("killed")
+        return done
+
+    engine.inner.merge = merge_then_die
+    with pytest.raises(RuntimeError, match="killed"):
+        run_ingest(IngestOptions(lake=str(lake), **opts), engine=engine)
+    assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch is None
+    assert _lake_state(lake) == expected
+    assert BatchStore(str(lake)).load(0).state == "published"
     # The pending batch's manifest is saved between the commits: a kill right after any save, then a rerun.
-    from binlake.lake.pending import BatchStore
 
     saves = 0
     real_save = BatchStore.save
