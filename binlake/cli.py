@@ -29,6 +29,7 @@ def _add_decode_filters(p: argparse.ArgumentParser) -> None:
                    help="resolve rows against the DDL found in the files themselves (implied by --schemas)")
     p.add_argument("--on-schema-mismatch", choices=("stop", "skip"), default="stop",
                    help="stop (default, non-zero exit) or skip the table's events, reporting each one")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
 
 
 def _options_from(args: argparse.Namespace, files: list[str], all_events: bool = False):
@@ -68,15 +69,29 @@ def _report_schema(opts, decoder) -> None:
         print(f"binlake: skipped {sk.table} at {sk.file}:{sk.pos}: {sk.reason}", file=sys.stderr)
 
 
+def _file_progress(args: argparse.Namespace, files: list[str], label: str, to_stdout: bool = False):
+    """A bytes-read progress bar over `files` and the (file, pos) callback feeding it; (None, None) with
+    --no-progress, or when the records themselves go to the terminal."""
+    if getattr(args, "no_progress", False) or (to_stdout and sys.stdout.isatty()):
+        return None, None
+    from .progress import FilePositions, ProgressBar
+
+    bar = ProgressBar(label)
+    return bar, FilePositions(files, bar)
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
     from .binlog.api import decode_to, order_files
 
     files = order_files(args.files, args.sort)
     opts = _options_from(args, files, all_events=args.all_events)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    bar, where = _file_progress(args, files, "decode", to_stdout=not args.output)
     try:
-        n, decoder = decode_to(files, out, args.format, opts)
+        n, decoder = decode_to(files, out, args.format, opts, progress=where)
     finally:
+        if bar:
+            bar.close()
         if args.output:
             out.close()
     _report_schema(opts, decoder)
@@ -93,7 +108,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from .binlog.stats import render_text
 
     files = order_files(args.files, args.sort)
-    report = compute_stats(files, _options_from(args, files), top=args.top)
+    bar, where = _file_progress(args, files, "stats")
+    try:
+        report = compute_stats(files, _options_from(args, files), top=args.top, progress=where)
+    finally:
+        if bar:
+            bar.close()
     if args.html:
         from .report.api import write_stats_html
 
@@ -177,10 +197,29 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         spark = build_spark_session("binlake-ingest")
         executor = spark_executor(spark)
+    bar = None
+    if not getattr(args, "no_progress", False):
+        from .lake.decode_task import tracked_executor
+        from .progress import ProgressBar
+
+        bar = ProgressBar("ingest decode")
+        executor = executor or tracked_executor(bar.update)  # Spark tasks report nothing back while they run
     kwargs = {"executor": executor} if executor else {}
-    summary = run_ingest(opts, progress=lambda msg: print(f"[ingest] {msg}", file=sys.stderr), **kwargs)
+    try:
+        summary = run_ingest(opts, progress=lambda msg: _say(bar, f"[ingest] {msg}"), **kwargs)
+    finally:
+        if bar:
+            bar.close()
     print(summary.text())
     return 0
+
+
+def _say(bar, message: str) -> None:
+    """A progress message on stderr (through the bar, so that a redrawn bar is not broken by it)."""
+    if bar is not None:
+        bar.note(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
@@ -189,8 +228,24 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     tables = [tuple(t.split(".", 1)) for t in args.tables.split(",")]
     if any(len(t) != 2 for t in tables):
         raise ValueError("--tables takes db.table names separated by commas")
-    summary = run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
-                            pipeline=args.pipeline, method=args.method, watermark_table=args.watermark_table)
+    bar = None
+    if not getattr(args, "no_progress", False):
+        from .progress import ProgressBar
+
+        bar = ProgressBar("bootstrap", unit="chunks")
+
+    def progress(done: int, total: int, what: str) -> None:
+        if bar is not None:
+            bar.label = f"bootstrap ({what})"
+            bar.update(done, total)
+
+    try:
+        summary = run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
+                                pipeline=args.pipeline, method=args.method, watermark_table=args.watermark_table,
+                                progress=progress)
+    finally:
+        if bar:
+            bar.close()
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -317,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--databases", help="comma-separated databases to ingest")
     p.add_argument("--split-mb", type=int, default=64, help="decode files larger than this as several ranges")
     p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
     _add_quality_options(p)
     p.set_defaults(func=cmd_ingest)
 
@@ -333,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "around each chunk (MySQL, RDS); auto: snapshot where the server reports it")
     p.add_argument("--watermark-table", help="db.table the watermark method writes one row to per chunk (created "
                    "if missing), which makes every change before the low watermark visible to the chunk's read")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
     p.set_defaults(func=cmd_bootstrap)
 
     p = sub.add_parser("trace", help="a row's full change timeline: when, which op, old -> new, file:pos, GTID")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -86,13 +86,16 @@ def iter_changes(files: Sequence[str | Path], options: DecodeOptions | None = No
     return BinlogDecoder(options).decode_files(files)
 
 
-def decode_to(files: Sequence[str | Path], out: TextIO, fmt: str = "jsonl", options: DecodeOptions | None = None
-              ) -> tuple[int, BinlogDecoder]:
-    """Write decoded changes of `files` to `out` in `fmt`; returns (records written, the decoder)."""
+def decode_to(files: Sequence[str | Path], out: TextIO, fmt: str = "jsonl", options: DecodeOptions | None = None,
+              progress: Callable[[str, int], None] | None = None) -> tuple[int, BinlogDecoder]:
+    """Write decoded changes of `files` to `out` in `fmt`; returns (records written, the decoder). `progress`,
+    when given, is told (file name, position) now and then."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     decoder = BinlogDecoder(options)
     records = decoder.decode_files(files)
+    if progress is not None:
+        records = _reporting(records, progress, 4096)
     if fmt == "jsonl":
         n = write_jsonl(records, out)
     elif fmt == "sql":
@@ -102,14 +105,24 @@ def decode_to(files: Sequence[str | Path], out: TextIO, fmt: str = "jsonl", opti
     return n, decoder
 
 
-def compute_stats(files: Sequence[str | Path], options: DecodeOptions | None = None, top: int = 10) -> dict:
-    """Decode every value of `files` and report counts, transactions and throughput."""
+def _reporting(items: Iterator, progress: Callable[[str, int], None], every: int) -> Iterator:
+    """Pass items through, telling `progress` the (file, pos) of every `every`-th one."""
+    for i, item in enumerate(items):
+        if i % every == 0:
+            progress(item.file, item.pos)
+        yield item
+
+
+def compute_stats(files: Sequence[str | Path], options: DecodeOptions | None = None, top: int = 10,
+                  progress: Callable[[str, int], None] | None = None) -> dict:
+    """Decode every value of `files` and report counts, transactions and throughput. `progress`: as decode_to."""
     opts = options or DecodeOptions()
     opts.commits = True
     decoder = BinlogDecoder(opts)
     stats = BinlogStats(top=top)
     started = time.perf_counter()
-    stats.consume_batched(decoder.decode_files_batched(files))
+    items = decoder.decode_files_batched(files)
+    stats.consume_batched(_reporting(items, progress, 64) if progress is not None else items)
     elapsed = time.perf_counter() - started
     size = sum(os.path.getsize(f) for f in files)
     return stats_report(stats, decoder.results, event_type_counts(decoder.event_counts), decoder.events_per_second,

@@ -10,9 +10,10 @@ import gc
 import io
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -23,6 +24,7 @@ from .convert import ConversionStats
 from .history import CommittedBatch, history_table
 
 FLUSH_ROWS = 32_768  # committed rows held as Python values before they are converted to Arrow
+PROGRESS_BYTES = 1 << 20  # progress callbacks about every MiB of binlog
 
 
 class SchemaMissing(ValueError):
@@ -95,14 +97,40 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
-                 resolver=None, tables=None, databases=None) -> RangeResult:
-    """Decode [start, stop) of one file (whole transactions only) into per-table history rows."""
+                 resolver=None, tables=None, databases=None,
+                 progress: Callable[[int], None] | None = None) -> RangeResult:
+    """Decode [start, stop) of one file (whole transactions only) into per-table history rows. `progress` is
+    told the position reached (end of the last committed transaction), about every MiB."""
     with cyclic_gc_paused():
-        return _decode_range(path, name, file_seq, start, stop, batch_id, resolver, tables, databases)
+        return _decode_range(path, name, file_seq, start, stop, batch_id, resolver, tables, databases, progress)
+
+
+def tracked_executor(report: Callable[[int, int], None]) -> Callable:
+    """An in-process executor (the ingest Executor signature) that reports (bytes decoded, bytes in all tasks)."""
+
+    def execute(tasks: list, batch: int, resolver, filters) -> list[RangeResult]:
+        tables, databases = filters
+        spans = [(stop if stop is not None else Path(path).stat().st_size) - (start or 4)
+                 for path, _name, _seq, start, stop in tasks]
+        total, before = sum(spans), 0
+        report(0, total)
+        out = []
+        for (path, name, seq, start, stop), span in zip(tasks, spans, strict=True):
+            first = start or 4
+
+            def at(pos: int, base: int = before, first: int = first, span: int = span) -> None:
+                report(base + min(max(pos - first, 0), span), total)
+
+            out.append(decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, at))
+            before += span
+            report(before, total)
+        return out
+
+    return execute
 
 
 def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
-                  resolver, tables, databases) -> RangeResult:
+                  resolver, tables, databases, progress: Callable[[int], None] | None) -> RangeResult:
     opts = DecodeOptions(start_position=start if start and start > 4 else None, stop_position=stop, commits=True,
                          table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False)
     decoder = BinlogDecoder(opts)
@@ -113,6 +141,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     latest: dict[str, object] = {}  # table -> its TABLE_MAP at the latest committed change
     built: dict[int, list[pa.Table]] = {}  # id(table map) -> history pieces already converted
     held = 0  # committed rows not yet converted
+    reported = result.end
 
     def flush() -> None:
         # Convert held rows to Arrow now, so decoded Python objects never pile up (memory, and the cyclic GC
@@ -148,6 +177,9 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                     held = 0
                 result.transactions += 1
                 result.end = rec.end_pos if rec.end_pos is not None else result.end
+                if progress is not None and result.end - reported >= PROGRESS_BYTES:
+                    reported = result.end
+                    progress(reported)
             elif rec.kind == "statement":
                 result.statements.append({"file": name, "pos": rec.pos, **{k: rec.info.get(k) for k in
                                                                            ("database", "query")}})

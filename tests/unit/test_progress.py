@@ -1,0 +1,82 @@
+"""The stderr progress bar: redrawn in place on a terminal, periodic plain lines otherwise, driven by a fake
+clock (no timing in the tests)."""
+
+from __future__ import annotations
+
+import io
+
+from binlake.progress import FilePositions, ProgressBar, human_bytes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_are_periodic_and_short_runs_stay_silent() -> None:
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("stats", total=10 << 20, stream=out, tty=False, every=10, clock=clock)
+    bar.update(1 << 20)
+    clock.now += 5
+    bar.update(2 << 20)
+    assert out.getvalue() == ""  # nothing before `every` seconds
+    clock.now += 5
+    bar.update(5 << 20)
+    assert out.getvalue() == "stats: 5.0 MB / 10.0 MB (50%) 512.0 KB/s ETA 10s\n"
+    clock.now += 10
+    bar.update(10 << 20)
+    bar.close()
+    bar.close()  # idempotent
+    lines = out.getvalue().splitlines()
+    assert lines[1:] == ["stats: 10.0 MB / 10.0 MB (100%) 512.0 KB/s in 20s"] * 2
+
+    quiet = io.StringIO()
+    with ProgressBar("stats", total=100, stream=quiet, tty=False, every=10, clock=clock) as short:
+        short.update(100)
+    assert quiet.getvalue() == ""
+
+
+def test_terminal_bar_redraws_in_place_and_notes_do_not_break_it() -> None:
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("bootstrap", total=4, unit="chunks", stream=out, tty=True, every=0.1, clock=clock, width=8)
+    clock.now += 1
+    bar.update(1)
+    assert out.getvalue() == "\r\x1b[K[##------] bootstrap: 1 / 4 chunks (25%) 1.0 chunks/s ETA 3s"
+    out.truncate(0)
+    out.seek(0)
+    bar.note("[ingest] hello")
+    assert out.getvalue() == ("\r\x1b[K[ingest] hello\n"
+                              "\r\x1b[K[##------] bootstrap: 1 / 4 chunks (25%) 1.0 chunks/s ETA 3s")
+    clock.now += 1
+    bar.update(4)
+    bar.close()
+    assert out.getvalue().endswith("\r\x1b[K[########] bootstrap: 4 / 4 chunks (100%) 2.0 chunks/s in 2s\n")
+
+
+def test_unknown_total_and_sizes() -> None:
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("decode", stream=out, tty=False, every=0, clock=clock)
+    clock.now += 2
+    bar.update(3 << 30)
+    assert out.getvalue() == "decode: 3.0 GB 1.5 GB/s in 2s\n"
+    assert human_bytes(1023) == "1023 B" and human_bytes(1536) == "1.5 KB"
+
+
+def test_file_positions_accumulate_across_files(tmp_path) -> None:
+    a, b = tmp_path / "bin.000001", tmp_path / "bin.000002"
+    a.write_bytes(b"x" * 100)
+    b.write_bytes(b"y" * 50)
+    bar = ProgressBar("decode", stream=io.StringIO(), tty=False, every=1e9, clock=Clock())
+    where = FilePositions([str(a), str(b)], bar)
+    assert (bar.done, bar.total) == (0, 150)
+    where("bin.000001", 40)
+    assert bar.done == 40
+    where("bin.000002", 10)
+    assert bar.done == 110
+    where("bin.000002", 5000)  # a gzip file's uncompressed offsets: capped at the file
+    assert bar.done == 150
+    where("other.000009", 7)  # not one of the files: ignored
+    assert bar.done == 150
