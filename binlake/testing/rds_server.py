@@ -10,6 +10,11 @@ Served: DescribeBinlogFiles from registered binlog files (paging, host lineages,
 download links it hands out (public and intranet flavours, both served here, signed and expiring, optionally
 packed as .tar). Faults are injected through `faults`: throttling and 5xx answers, connections dropped mid-body,
 wrong checksums; `advance_clock()` makes issued links expire.
+
+`serve_directory()` (and `python -m binlake.testing.rds_server --dir=...`, the compose stack's `rds` service)
+announces the closed binlog files of a directory, such as a MySQL datadir, as one host lineage, re-reading the
+directory on every DescribeBinlogFiles call. Download links name the host the client reached (the request's Host
+header) unless a public host is configured, so they work from other containers when the server binds 0.0.0.0.
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ import hashlib
 import hmac
 import io
 import json
+import logging
+import re
+import signal
 import socket
 import struct
+import sys
 import tarfile
 import threading
 import time
@@ -30,11 +39,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
+from ..binlog.constants import MAGIC
 from ..sources.checksum import crc64_bytes
 
 ALGORITHM = "ACS3-HMAC-SHA256"
 HOST_ID = "rds.aliyuncs.com"
 MAX_CLOCK_SKEW = 15 * 60  # seconds; the API refuses older or newer x-acs-date values
+BINLOG_FILE = re.compile(r"^(?P<base>[A-Za-z0-9][A-Za-z0-9._-]*)\.(?P<seq>\d{6,})$")  # mysql-bin.000042
+HOST_PORT = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$")
+UNREACHABLE_HOSTS = ("0.0.0.0", "[::]", "")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,6 +106,63 @@ def binlog_time_span(data: bytes) -> tuple[datetime, datetime]:
     return datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(last, UTC)
 
 
+@dataclass
+class BinlogDirectory:
+    """A directory whose binlog files one host lineage announces, read again on every listing.
+
+    Files are named BASE.NNNNNN (MySQL's `mysql-bin.000042`, MariaDB's `mariadb-bin.000042`, `HOST-bin.000042`)
+    and start with the binlog magic; other files named like that (`aria_log.00000001`) are left out and logged
+    once. Relay logs (`*relay-bin`) are another stream and are not served unless `basename` names them. The file
+    with the highest number is still being written and is left out unless `include_open`.
+    """
+
+    path: Path
+    instance: str
+    host: str  # HostInstanceID
+    include_open: bool = False
+    basename: str | None = None
+    registered: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (size, mtime_ns) when read
+    reported: set[str] = field(default_factory=set)  # names already logged as left out
+
+    def scan(self) -> list[Path]:
+        """The files to announce, by number."""
+        try:
+            entries = [e for e in self.path.iterdir() if e.is_file()]
+        except OSError as err:
+            raise ApiError(500, "InternalError", f"cannot read the binlog directory {self.path}: {err}") from None
+        by_base: dict[str, list[tuple[int, Path]]] = {}
+        for entry in entries:
+            m = BINLOG_FILE.match(entry.name)
+            if m is None or (self.basename is not None and m["base"] != self.basename) or (
+                    self.basename is None and m["base"].endswith("relay-bin")):
+                continue
+            by_base.setdefault(m["base"], []).append((int(m["seq"]), entry))
+        # The newest of each base is the open one, whatever it holds yet (it may still be empty).
+        for base, files in by_base.items():
+            files.sort()
+            if not self.include_open:
+                files.pop()
+            by_base[base] = [(seq, f) for seq, f in files if self._has_magic(f)]
+        bases = sorted(b for b, files in by_base.items() if files)
+        if len(bases) > 1:
+            raise ApiError(500, "InternalError", f"{self.path} holds binlogs of several base names "
+                                                 f"({', '.join(bases)}): start the server with --basename")
+        return [f for _, f in by_base[bases[0]]] if bases else []
+
+    def _has_magic(self, f: Path) -> bool:
+        try:
+            with open(f, "rb") as fh:
+                head = fh.read(len(MAGIC))
+        except FileNotFoundError:  # purged since the directory was read
+            return False
+        if head == MAGIC:
+            return True
+        if f.name not in self.reported:
+            self.reported.add(f.name)
+            log.warning("%s: named like a binlog but without the binlog magic, not served", f)
+        return False
+
+
 def _iso(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -113,11 +185,17 @@ class LocalRdsServer:
     """The server. Use as a context manager or call start()/stop()."""
 
     def __init__(self, access_key_id: str = "LTAI-binlake-test", access_key_secret: str = "binlake-test-secret",
-                 link_ttl: int = 3600, region: str = "cn-hangzhou") -> None:
+                 link_ttl: int = 3600, region: str = "cn-hangzhou", host: str = "127.0.0.1", port: int = 0,
+                 public_host: str | None = None) -> None:
         self.credentials = {access_key_id: access_key_secret}
         self.access_key_id, self.access_key_secret = access_key_id, access_key_secret
         self.link_ttl = link_ttl
         self.region = region
+        self.host, self.requested_port = host, port
+        if public_host is not None and (not HOST_PORT.match(public_host) or public_host in UNREACHABLE_HOSTS):
+            raise ValueError(f"public host {public_host!r} is not a host[:port] clients can reach")
+        self.public_host = public_host  # host[:port] download links name; None: the host each request reached
+        self.directories: list[BinlogDirectory] = []
         self.files: list[ServedFile] = []
         self.faults = Faults()
         self.clock_offset = 0.0
@@ -126,6 +204,8 @@ class LocalRdsServer:
         self._nonces: set[str] = set()
         self._link_key = uuid.uuid4().bytes
         self._lock = threading.Lock()
+        self._scan_lock = threading.Lock()
+        self._request = threading.local()  # .host: the host[:port] the request being answered reached
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -145,6 +225,52 @@ class LocalRdsServer:
         p = Path(path)
         return self.add_file(instance, host, p.name, p.read_bytes(), **kwargs)
 
+    def serve_directory(self, path: str | Path, instance: str, host: str, include_open: bool = False,
+                        basename: str | None = None) -> BinlogDirectory:
+        """Announces the binlog files of `path` as lineage `host` of `instance`, read again on every listing:
+        new files appear, purged ones go. See BinlogDirectory for which files count."""
+        d = BinlogDirectory(Path(path), instance, host, include_open, basename)
+        self.directories.append(d)
+        self.rescan()
+        return d
+
+    def rescan(self) -> None:
+        """Brings the files served from directories up to date (a file is read again when its size or mtime
+        changed)."""
+        with self._scan_lock:
+            for d in self.directories:
+                self._rescan(d)
+
+    def _rescan(self, d: BinlogDirectory) -> None:
+        current: dict[str, tuple[Path, tuple[int, int]]] = {}
+        for f in d.scan():
+            try:
+                st = f.stat()
+            except FileNotFoundError:
+                continue  # purged since the scan
+            current[f.name] = (f, (st.st_size, st.st_mtime_ns))
+        gone = set(d.registered) - set(current)
+        if gone:
+            with self._lock:
+                self.files = [x for x in self.files if not (x.instance == d.instance and x.host == d.host
+                                                            and x.name in gone)]
+        for name in gone:
+            del d.registered[name]
+        for name, (f, stamp) in current.items():
+            if d.registered.get(name) == stamp:
+                continue
+            try:
+                data = f.read_bytes()
+            except FileNotFoundError:
+                continue
+            try:
+                begin, end = binlog_time_span(data)
+            except ValueError:  # still listed: decoding it reports what is wrong
+                begin = end = datetime.fromtimestamp(stamp[1] / 1e9, UTC)
+                log.warning("%s: no dated event, announced with its modification time", f)
+            self.add_file(d.instance, d.host, name, data, begin=begin, end=end)
+            d.registered[name] = stamp
+
     def now(self) -> float:
         return time.time() + self.clock_offset
 
@@ -159,7 +285,9 @@ class LocalRdsServer:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """host:port to reach the server at (127.0.0.1 when it binds every address)."""
+        host = "127.0.0.1" if self.host in UNREACHABLE_HOSTS else self.host
+        return f"{host}:{self.port}"
 
     def start(self) -> LocalRdsServer:
         server = self
@@ -167,7 +295,7 @@ class LocalRdsServer:
         class Handler(_Handler):
             rds = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer((self.host, self.requested_port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="local-rds", daemon=True)
         self._thread.start()
@@ -242,6 +370,7 @@ class LocalRdsServer:
                                "The request has failed due to a temporary failure of the server.")
         if action != "DescribeBinlogFiles":
             raise ApiError(404, "InvalidAction.NotFound", f"Specified api {action} is not found.")
+        self.rescan()
         return self.describe_binlog_files(params)
 
     def describe_binlog_files(self, params: dict[str, str]) -> dict:
@@ -304,9 +433,13 @@ class LocalRdsServer:
     def _link_signature(self, path: str, expires: int) -> str:
         return hmac.new(self._link_key, f"{path}\n{expires}".encode(), hashlib.sha256).hexdigest()
 
+    def link_host(self) -> str:
+        """The host[:port] download links name: the public host if set, else the one the request reached."""
+        return self.public_host or getattr(self._request, "host", None) or self.endpoint
+
     def link(self, f: ServedFile, flavour: str, expires: int) -> str:
         path = self._link_path(f, flavour)
-        return (f"http://127.0.0.1:{self.port}{path}?OSSAccessKeyId={quote(self.access_key_id)}"
+        return (f"http://{self.link_host()}{path}?OSSAccessKeyId={quote(self.access_key_id)}"
                 f"&Expires={expires}&Signature={self._link_signature(path, expires)}")
 
     def find_download(self, path: str, query: dict[str, str]) -> tuple[ServedFile, str]:
@@ -372,6 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = parse_qsl(url.query, keep_blank_values=True)
         headers = self._headers()
         action = (headers.get("x-acs-action") or [""])[0]
+        self.rds._request.host = self._reached_host()
         try:
             self.rds.verify_signature(method, url.path, query, headers, body)
             params = dict(query)
@@ -384,6 +518,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.rds.api_calls.append((action, "OK"))
         self._send_json(200, {"RequestId": request_id, **doc})
+
+    def _reached_host(self) -> str:
+        """host[:port] the client reached: its Host header, else (none, malformed, or 0.0.0.0) the socket's own
+        address, never an address other machines cannot connect to."""
+        host = (self.headers.get("Host") or "").strip()
+        if HOST_PORT.match(host) and re.sub(r":\d+$", "", host) not in UNREACHABLE_HOSTS:
+            return host
+        address, port = self.connection.getsockname()[:2]
+        return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
     def _download(self, path: str, query: dict[str, str]) -> None:
         rds = self.rds
@@ -445,3 +588,62 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
         record["sent"] = len(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m binlake.testing.rds_server`: serve a directory's binlogs until SIGTERM/SIGINT (the compose stack's
+    `rds` service)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="RDS OpenAPI server for trying binlake: DescribeBinlogFiles and signed "
+                                            "download links over the binlog files of a directory")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8090, help="port to bind (0: any free port)")
+    p.add_argument("--dir", required=True, help="directory holding the binlog files (e.g. the MySQL datadir)")
+    p.add_argument("--instance", required=True, help="DBInstanceId the files are announced under")
+    p.add_argument("--host-instance-id", help="HostInstanceID of the files' lineage (default: INSTANCE-primary)")
+    p.add_argument("--basename", help="serve only BASENAME.NNNNNN files (needed when the directory holds several)")
+    p.add_argument("--include-open", action="store_true",
+                   help="also announce the newest file, which the server is still writing")
+    p.add_argument("--public-host", help="host[:port] download links name (default: the Host each request reached)")
+    p.add_argument("--access-key-id", default="test-ak")
+    p.add_argument("--access-key-secret", default="test-secret")
+    p.add_argument("--region", default="cn-hangzhou")
+    p.add_argument("--link-ttl", type=int, default=3600, help="seconds a download link stays valid")
+    args = p.parse_args(argv)
+    directory = Path(args.dir)
+    if not directory.is_dir():
+        p.error(f"--dir {args.dir}: not a directory")
+    if args.public_host is not None and (not HOST_PORT.match(args.public_host)
+                                         or re.sub(r":\d+$", "", args.public_host) in UNREACHABLE_HOSTS):
+        p.error(f"--public-host {args.public_host!r}: expected a host[:port] clients can reach")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    lineage = args.host_instance_id or f"{args.instance}-primary"
+    server = LocalRdsServer(args.access_key_id, args.access_key_secret, args.link_ttl, args.region, args.host,
+                            args.port, args.public_host)
+    try:
+        served = server.serve_directory(directory, args.instance, lineage, args.include_open, args.basename)
+    except ApiError as err:
+        print(f"rds server: {err.message}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    print(f"rds server on {args.host}:{server.port}, instance {args.instance} lineage {lineage}, "
+          f"{len(served.registered)} binlog files in {directory}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    print("rds server stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -16,6 +21,7 @@ import pytest
 
 from binlake.binlog.api import iter_changes
 from binlake.binlog.decoder import BinlogDecoder
+from binlake.binlog.records import RowChange
 from binlake.binlog.writer import BinlogWriter, column
 from binlake.lake.control import ControlTable
 from binlake.lake.engines import get_engine
@@ -485,3 +491,109 @@ def test_cli_ingest_from_rds_equals_select(rds, mariadb_full, fresh_database, tm
     downloads = len(rds.downloads)
     assert main(argv) == 0  # a second run: nothing downloaded again, nothing new ingested
     assert len(rds.downloads) == downloads and "nothing new to ingest" in capsys.readouterr().out
+
+
+# -- python -m binlake.testing.rds_server --dir=... (the compose stack's rds service) --------------------------------
+
+
+def _start_rds_cli(directory: Path, instance: str, *extra: str) -> tuple[subprocess.Popen, int]:
+    """The server as the stack runs it, on a free port; returns the process and the port it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "binlake.testing.rds_server", "--host=127.0.0.1", "--port=0",
+                             f"--dir={directory}", f"--instance={instance}", "--access-key-id=cli-ak",
+                             "--access-key-secret=cli-sk", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.match(r"rds server on 127\.0\.0\.1:(\d+), instance (\S+) lineage (\S+)", line)
+    if m is None:
+        proc.kill()
+        pytest.fail(f"no start line: {line!r} {proc.communicate()[1]}")
+    return proc, int(m.group(1))
+
+
+def test_cli_serves_a_directory_rescanned_on_every_listing(mariadb_minimal, fresh_database, tmp_path) -> None:
+    server = mariadb_minimal
+    db = fresh_database(server)
+    server.flush_logs()
+    start_file = server.binlog_files()[-1].name
+    with server.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    server.flush_logs()
+    with server.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (4, 'd')")  # into the file the server still has open
+    datadir = tmp_path / "datadir"
+    datadir.mkdir()
+    (datadir / "aria_log.00000001").write_bytes(b"\xfe\xfe\x07\x01not a binlog")  # named like one, in a datadir
+    (datadir / "aria_log.00000002").write_bytes(b"\xfe\xfe\x07\x01not a binlog")
+
+    def copy_binlogs() -> list[str]:
+        names = [p.name for p in server.binlog_files() if p.name >= start_file]
+        for name in names:
+            shutil.copyfile(server.binlog_dir / name, datadir / name)
+        (datadir / "mysql-bin.index").write_text("".join(f"./{n}\n" for n in names))
+        return names
+
+    first = copy_binlogs()
+    assert len(first) == 2  # a closed file and the open one
+    proc, port = _start_rds_cli(datadir, "rm-binlake-cli")
+    try:
+        window = (datetime.now(UTC) - timedelta(hours=1), datetime.now(UTC) + timedelta(hours=1))
+        src = open_source("rds:rm-binlake-cli", endpoint=f"http://localhost:{port}", access_key_id="cli-ak",
+                          access_key_secret="cli-sk", policy=FAST)
+        listed = src.list_files(*window)
+        assert [(f.name, f.lineage) for f in listed] == [(first[0], "rm-binlake-cli-primary")]  # open one left out
+        assert listed[0].checksum == crc64_bytes((datadir / first[0]).read_bytes())
+
+        # The server rotates: the open file is closed (and copied again, complete), a new one opens.
+        server.flush_logs()
+        second = copy_binlogs()
+        assert second[:2] == first and len(second) == 3
+        listed = src.list_files(*window)
+        assert [f.name for f in listed] == second[:2]
+        closed = listed[1]
+        assert closed.size == (datadir / closed.name).stat().st_size
+        # Its link names the host the request reached (the Host header), not the bound address.
+        assert closed.location.startswith(f"http://localhost:{port}/intranet/rm-binlake-cli/")
+        path = Path(src.fetch(closed, str(tmp_path / "landing")))
+        assert path.read_bytes() == (datadir / closed.name).read_bytes()
+        rows = [(c.table.table, c.op, list(c.after)) for c in iter_changes([path])
+                if isinstance(c, RowChange) and c.table.database == db]
+        assert rows == [("t", "insert", [4, "d"])]
+        by_ip = open_source("rds:rm-binlake-cli", endpoint=f"http://127.0.0.1:{port}", access_key_id="cli-ak",
+                            access_key_secret="cli-sk", policy=FAST).list_files(*window)
+        assert all(f.location.startswith(f"http://127.0.0.1:{port}/") for f in by_ip)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip().endswith("rds server stopped")
+    # The file named like a binlog without the magic is left out, and said so once (the newest is the open one).
+    assert err.count("aria_log.00000001: named like a binlog but without the binlog magic") == 1
+    assert "aria_log.00000002" not in err
+
+
+def test_directory_serving_rules_and_public_host(tmp_path) -> None:
+    """MariaDB-style names, relay logs left out, several base names refused, --public-host in the links."""
+    d = tmp_path / "binlogs"
+    d.mkdir()
+    datas = [sample_binlog(100, ts=1714521600 + 3600 * i, name_seed=1000 * i) for i in range(3)]
+    for i, data in enumerate(datas):
+        (d / f"mariadb-bin.{i + 1:06d}").write_bytes(data)
+        (d / f"db1-relay-bin.{i + 1:06d}").write_bytes(data)
+    with LocalRdsServer(public_host="rds.example:8090") as rds:
+        rds.serve_directory(d, INSTANCE, "h1")
+        [item] = rds.describe_binlog_files({"DBInstanceId": INSTANCE, "StartTime": "2024-05-01T01:00:00Z",
+                                            "EndTime": "2024-05-01T01:30:00Z"})["Items"]["BinLogFile"]
+        assert item["LogFileName"] == "mariadb-bin.000002" and item["HostInstanceID"] == "h1"
+        assert item["DownloadLink"].startswith("http://rds.example:8090/public/")
+        assert [f.name for f in rds.files] == ["mariadb-bin.000001", "mariadb-bin.000002"]
+        (d / "mariadb-bin.000001").unlink()  # purged: gone from the next listing
+        files = make_source(rds).list_files()
+        assert [f.name for f in files] == ["mariadb-bin.000002"]
+        (d / "mysql-bin.000001").write_bytes(datas[0])
+        (d / "mysql-bin.000002").write_bytes(datas[0])
+        with pytest.raises(SourceError, match=r"several base names \(mariadb-bin, mysql-bin\).*--basename"):
+            make_source(rds, policy=RetryPolicy(attempts=1)).list_files()
+    with LocalRdsServer() as rds:
+        rds.serve_directory(d, INSTANCE, "h1", include_open=True, basename="db1-relay-bin")
+        assert [f.name for f in make_source(rds).list_files()] == [f"db1-relay-bin.{i:06d}" for i in (1, 2, 3)]
