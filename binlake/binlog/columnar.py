@@ -17,8 +17,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from decimal import Decimal
-from itertools import repeat
-from operator import add, getitem
+from itertools import compress, repeat
+from operator import add, and_, getitem
 from typing import Any
 
 from .charsets import BINARY, codec_of, decoder_for
@@ -103,7 +103,7 @@ class _Col:
     `vec(fields)`: the values of a whole column with no NULLs (fields: one sequence per struct field).
     `one(*field values)`: the value of one image (used where a column is NULL in some images only)."""
 
-    __slots__ = ("bit", "codes", "index", "nfields", "one", "prefix", "vec")
+    __slots__ = ("bit", "codes", "index", "nfields", "one", "prefix", "tolerant", "vec")
 
     def __init__(self, index: int, bit: int, codes: list[str] | None, prefix: int, vec, one) -> None:
         self.index = index
@@ -113,6 +113,8 @@ class _Col:
         self.nfields = len(codes) if codes is not None else 1
         self.vec = vec
         self.one = one
+        # Whether vec accepts the empty placeholder a NULL leaves (one field, and no cache keyed by it).
+        self.tolerant = codes is None or vec is _first
 
 
 def _first(fields):
@@ -375,6 +377,9 @@ class _Layout:
             self.var_at = -2
 
 
+MAX_INLINED = 8  # NULL patterns a generated walker tests inline
+
+
 class EventPlan:
     """Column-at-a-time decoding of the images of one table map with one columns-present bitmap."""
 
@@ -386,6 +391,8 @@ class EventPlan:
         self.nfields = sum(c.nfields for c in self.cols)
         self.absent = [i for i in range(self.ncols) if not present >> i & 1]
         self.layouts: dict[int, _Layout] = {}
+        self._inlined: list[int] = []
+        self.walk = self._compile_walker()
 
     def layout(self, nulls: int) -> _Layout:
         lay = self.layouts.get(nulls)
@@ -395,42 +402,69 @@ class EventPlan:
             lay = self.layouts[nulls] = _Layout(self.nb, self.cols, nulls)
         return lay
 
-    def walk(self, buf, off: int, end: int) -> tuple[list[int], str]:
-        """The NULL bitmap of every image from off to end and one struct format for all of them."""
+    def _compile_walker(self) -> Callable:
+        """walk(buf, off, end) -> (the NULL bitmap of every image, one struct format for all of them).
+
+        Generated: the NULL patterns seen first (up to MAX_INLINED) are tested inline with their layout's
+        offsets and sizes as constants; any other pattern goes through `_step`."""
         nb = self.nb
-        get = self.layouts.get
-        make = self.layout
-        nulls_list: list[int] = []
-        add_nulls = nulls_list.append
-        fmts: list[str] = ["<"]
-        add_fmt = fmts.append
-        while off < end:
-            if nb == 1:
-                nulls = buf[off]
-            elif nb == 2:
-                nulls = buf[off] | buf[off + 1] << 8
-            else:
-                nulls = int.from_bytes(buf[off : off + nb], "little")
-            add_nulls(nulls)
-            lay = get(nulls) or make(nulls)
+        if nb == 1:
+            read = "nulls = buf[off]"
+        elif nb == 2:
+            read = "nulls = buf[off] | buf[off + 1] << 8"
+        else:
+            read = f"nulls = _from_bytes(buf[off:off + {nb}], 'little')"
+        env: dict[str, Any] = {"BodyError": BodyError, "_from_bytes": int.from_bytes, "step": self._step,
+                               "walk_general": self._walk_general}
+        lines = ["def walk(buf, off, end):", "    nulls_list = []", "    add_nulls = nulls_list.append",
+                 "    fmts = ['<']", "    add_fmt = fmts.append", "    while off < end:", f"        {read}",
+                 "        add_nulls(nulls)"]
+        for i, nulls in enumerate(self._inlined):
+            lay = self.layout(nulls)
+            lines.append(f"        {'if' if i == 0 else 'elif'} nulls == {nulls}:")
             at = lay.var_at
             if at == -1:
-                add_fmt(lay.fmt)
-                off += lay.size
-            elif at >= 0x10000:
-                p = off + at - 0x10000
-                n = buf[p] | buf[p + 1] << 8
-                add_fmt(lay.pieces[n])
-                off += lay.size + n
+                env[f"F{i}"] = lay.fmt
+                lines += [f"            add_fmt(F{i})", f"            off += {lay.size}"]
             elif at >= 0:
-                n = buf[off + at]
-                add_fmt(lay.pieces[n])
-                off += lay.size + n
+                env[f"P{i}"] = lay.pieces
+                if at >= 0x10000:
+                    at -= 0x10000
+                    lines.append(f"            n = buf[off + {at}] | buf[off + {at + 1}] << 8")
+                else:
+                    lines.append(f"            n = buf[off + {at}]")
+                lines += [f"            add_fmt(P{i}[n])", f"            off += {lay.size} + n"]
             else:
-                off = self._walk_general(buf, off, lay, add_fmt)
-        if off > end:
-            raise BodyError("row image runs past the end of the event")
-        return nulls_list, "".join(fmts)
+                env[f"L{i}"] = lay
+                lines.append(f"            off = walk_general(buf, off, L{i}, add_fmt)")
+        if self._inlined:
+            lines += ["        else:", "            off = step(buf, off, nulls, add_fmt)"]
+        else:
+            lines.append("        off = step(buf, off, nulls, add_fmt)")
+        lines += ["    if off > end:", "        raise BodyError('row image runs past the end of the event')",
+                  "    return nulls_list, ''.join(fmts)"]
+        exec(compile("\n".join(lines), "<binlake event walker>", "exec"), env)
+        return env["walk"]
+
+    def _step(self, buf, off: int, nulls: int, add_fmt) -> int:
+        """One image of a pattern the walker does not inline (yet); returns its end."""
+        lay = self.layout(nulls)
+        if len(self._inlined) < MAX_INLINED and nulls not in self._inlined:
+            self._inlined.append(nulls)
+            self.walk = self._compile_walker()  # used from the next event on
+        at = lay.var_at
+        if at == -1:
+            add_fmt(lay.fmt)
+            return off + lay.size
+        if at >= 0x10000:
+            p = off + at - 0x10000
+            n = buf[p] | buf[p + 1] << 8
+        elif at >= 0:
+            n = buf[off + at]
+        else:
+            return self._walk_general(buf, off, lay, add_fmt)
+        add_fmt(lay.pieces[n])
+        return off + lay.size + n
 
     @staticmethod
     def _walk_general(buf, off: int, lay: _Layout, add_fmt) -> int:
@@ -469,7 +503,15 @@ class EventPlan:
                 out[c.index] = repeat(None, n)
             elif some_null & bit:
                 one = c.one
-                if k == 1:
+                if c.tolerant:
+                    # Convert the whole column, placeholders included, then blank the NULL images.
+                    vals = c.vec([flat[i::stride]])
+                    if type(vals) is not list:
+                        vals = list(vals)
+                    for r in compress(range(n), map(and_, nulls, repeat(bit))):
+                        vals[r] = None
+                    out[c.index] = vals
+                elif k == 1:
                     vals = flat[i::stride]
                     out[c.index] = [None if m & bit else one(v) for m, v in zip(nulls, vals, strict=True)]
                 else:
