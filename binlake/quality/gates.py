@@ -149,7 +149,8 @@ def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str
     e = _gx()
     user_columns = {u.kwargs[k] for u in user for k in ("column", "column_A", "column_B") if k in u.kwargs}
     user_columns |= {c for u in user for c in u.kwargs.get("column_list", [])}
-    wanted = [*keys, *ORDER_COLUMNS, "_schema_version", "_op", *sorted(user_columns - set(keys))]
+    all_keys = [k for tm in versions.values() for k in _keys(tm)] if keys else []
+    wanted = [*keys, *all_keys, *ORDER_COLUMNS, "_schema_version", "_op", *sorted(user_columns - set(keys))]
     cols = [c for c in dict.fromkeys(wanted) if c in history.column_names]
     data = history.select(cols)
     # Rows whose columns the server named (FULL metadata, no timeline) have no schema version and need none.
@@ -161,13 +162,28 @@ def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str
     data = data.drop_columns(["_schema_version"]).append_column("_named_by", pc.dictionary_encode(named_by))
     data = data.set_column(data.column_names.index("_op"), "_op", pc.dictionary_encode(data.column("_op")))
     frame = data.to_pandas()
-    checks = [Check("pk_not_null", f"primary key column {k} is not null", e.ExpectColumnValuesToNotBeNull(column=k))
-              for k in keys]
-    checks.append(Check("seq_increasing", "change positions strictly increase within each file",
-                        e.ExpectCompoundColumnsToBeUnique(column_list=ORDER_COLUMNS)))
-    checks.append(Check("schema_version", "every row was named by a schema version",
-                        e.ExpectColumnValuesToNotBeNull(column="_named_by")))
-    results = validate(frame, checks, BEFORE, name, config.sample_size)
+    key_checks = [Check("pk_not_null", f"primary key column {k} is not null",
+                        e.ExpectColumnValuesToNotBeNull(column=k)) for k in keys]
+    checks = [Check("seq_increasing", "change positions strictly increase within each file",
+                    e.ExpectCompoundColumnsToBeUnique(column_list=ORDER_COLUMNS)),
+              Check("schema_version", "every row was named by a schema version",
+                    e.ExpectColumnValuesToNotBeNull(column="_named_by"))]
+    # Rows of a schema version whose key had other columns (a key column renamed in the batch) are checked by
+    # the key they had: the history holds them with the later key columns null.
+    other: dict[tuple, list] = {}
+    for v, tm in versions.items():
+        if v is not None and keys and _keys(tm) != keys:
+            other.setdefault(tuple(_keys(tm)), []).append(v)
+    if other:
+        olds = [v for vs in other.values() for v in vs]
+        results = validate(frame[~frame["_named_by"].isin(olds)], key_checks, BEFORE, name, config.sample_size)
+        for old_keys, vs in other.items():
+            results += validate(frame[frame["_named_by"].isin(vs)], [
+                Check("pk_not_null", f"primary key column {k} (schema versions {', '.join(vs)}) is not null",
+                      e.ExpectColumnValuesToNotBeNull(column=k)) for k in old_keys], BEFORE, name, config.sample_size)
+        results += validate(frame, checks, BEFORE, name, config.sample_size)
+    else:
+        results = validate(frame, key_checks + checks, BEFORE, name, config.sample_size)
     # Per file: the positions lie inside the range this batch decoded (no event from an earlier batch again).
     spans = data.group_by("_file_seq").aggregate([("_pos", "min"), ("_pos", "max")]).to_pylist()
     spans_frame = pd.DataFrame({
