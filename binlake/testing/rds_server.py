@@ -595,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     `rds` service)."""
     import argparse
 
-    p = argparse.ArgumentParser(description="RDS OpenAPI server for trying binlake: DescribeBinlogFiles and signed "
+    p = argparse.ArgumentParser(prog="python -m binlake.testing.rds_server",
+                                description="RDS OpenAPI server for trying binlake: DescribeBinlogFiles and signed "
                                             "download links over the binlog files of a directory")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8090, help="port to bind (0: any free port)")
