@@ -1,0 +1,150 @@
+"""The stage processes the Airflow tasks start: their result file counts, not their exit code (a child that
+aborts after writing a success result succeeded; one that dies without a result failed, with its output); gate
+failures come back typed with their table; and the whole chain runs through a real `spark-submit` on a local
+source, ending with current tables equal to the server's."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from binlake.config import load_config
+from binlake.orchestration import jobs
+from binlake.orchestration.jobs import GateFailedError, StageError, run_stage_process, stage_command
+
+DB = "af_jobs"
+
+CHILD = r"""
+import os, sys
+from binlake.orchestration.jobs import write_result
+result = sys.argv[sys.argv.index("--result") + 1]
+print("child: working")
+mode = os.environ["CHILD_MODE"]
+if mode == "ok-then-abort":
+    write_result(result, {"status": "ok", "result": {"batch": 7}})
+    sys.stdout.flush()
+    os.abort()
+if mode == "gate":
+    write_result(result, {"status": "error", "type": "GateFailed", "message": "amount below 0", "table": "db.t",
+                          "batch": 3, "failures": [{"expectation": "between"}]})
+    os._exit(1)
+print("child: giving up")
+sys.stdout.flush()
+os._exit(3)
+"""
+
+
+def config(tmp_path: Path, extra: str = "", source: str = "local:/nowhere", tables: str = "") -> Path:
+    path = tmp_path / "binlake.toml"
+    path.write_text(f'lake = "lake"\nlanding = "landing"\nretries = 0\n{extra}\n'
+                    f'[[instances]]\nname = "a"\nsource = "{source}"\n{tables}\n')
+    return path
+
+
+@pytest.fixture
+def fake_child(monkeypatch: pytest.MonkeyPatch):
+    """Run CHILD (a real process) in place of the stage module, in the mode given."""
+
+    def use(mode: str) -> None:
+        monkeypatch.setenv("CHILD_MODE", mode)
+        monkeypatch.setattr(jobs, "stage_command", lambda cfg, stage, args: ([sys.executable, "-c", CHILD, *args], {}))
+
+    return use
+
+
+def test_result_file_wins_over_an_abort_at_exit(tmp_path: Path, fake_child) -> None:
+    fake_child("ok-then-abort")
+    lines: list[str] = []
+    out = run_stage_process(load_config(config(tmp_path)), "merge", "a", "default", batch=7, log=lines.append)
+    assert out == {"batch": 7}
+    assert "child: working" in lines
+    assert any("exited with code -6 after its work succeeded" in ln for ln in lines), lines
+
+
+def test_no_result_file_is_a_failure_with_the_output(tmp_path: Path, fake_child) -> None:
+    fake_child("die")
+    with pytest.raises(StageError) as err:
+        run_stage_process(load_config(config(tmp_path)), "merge", "a", "default", batch=1, log=lambda _m: None)
+    assert "instance a: merge ended with exit code 3 and no result file" in str(err.value)
+    assert "child: giving up" in str(err.value)
+
+
+def test_gate_failure_comes_back_typed(tmp_path: Path, fake_child) -> None:
+    fake_child("gate")
+    with pytest.raises(GateFailedError) as err:
+        run_stage_process(load_config(config(tmp_path)), "gate_before", "a", "default", batch=3, log=lambda _m: None)
+    assert (err.value.table, err.value.batch, err.value.kind) == ("db.t", 3, "GateFailed")
+    assert err.value.failures == [{"expectation": "between"}] and "amount below 0" in str(err.value)
+
+
+def test_stage_commands(tmp_path: Path) -> None:
+    local = load_config(config(tmp_path, '[spark]\nmode = "local"\nmaster = "local[3]"'))
+    cmd, env = stage_command(local, "prepare", ["--x"])
+    assert cmd[1:] == ["-m", "spark_jobs.stage", "--x"] and env == {"BINLAKE_SPARK_MASTER": "local[3]"}
+    assert stage_command(local, "merge", ["--x"])[0][1:] == ["-m", "binlake.orchestration.jobs", "--x"]
+    submit = load_config(config(tmp_path, '[spark]\nmode = "submit"\nmaster = "yarn"\ndeploy_mode = "cluster"\n'
+                                          'spark_submit = "/opt/spark/bin/spark-submit"\n'
+                                          'conf = { "spark.b" = 2, "spark.a" = "x" }\nsubmit_args = ["--queue", "etl"]'))
+    cmd, env = stage_command(submit, "prepare", ["--x"])
+    assert cmd[:5] == ["/opt/spark/bin/spark-submit", "--master", "yarn", "--deploy-mode", "cluster"]
+    assert cmd[5:11] == ["--conf", "spark.a=x", "--conf", "spark.b=2", "--queue", "etl"]
+    assert cmd[11].endswith("spark_jobs/stage.py") and Path(cmd[11]).is_file() and cmd[12:] == ["--x"]
+    assert env == {"PYSPARK_PYTHON": sys.executable}
+    plain = load_config(config(tmp_path, '[spark]\nmode = "in-process"'))
+    assert stage_command(plain, "prepare", [])[0][1:] == ["-m", "binlake.orchestration.jobs"]
+
+
+def test_chain_through_spark_submit(mariadb_full, tmp_path: Path) -> None:
+    """fetch -> prepare (spark-submit, local[1]) -> gate -> merge -> gate -> publish, each a stage process."""
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    if not spark_submit.exists() or shutil.which("java") is None:
+        pytest.skip("spark-submit or java not installed")
+    server = mariadb_full
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+    server.flush_logs()
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v DECIMAL(8,2), s VARCHAR(20))")
+        for i in range(1, 31):
+            cur.execute(f"INSERT INTO t VALUES ({i}, {i}.25, 's{i}')")
+        cur.execute("UPDATE t SET v = v * 2 WHERE id % 3 = 0")
+        cur.execute("DELETE FROM t WHERE id > 25")
+        conn.commit()
+    newest = sorted(server.binlog_files(), key=lambda p: p.name)[-1]
+    server.flush_logs()
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    shutil.copy(newest, source / newest.name)
+    cfg = load_config(config(tmp_path, f'[spark]\nmode = "submit"\nmaster = "local[1]"\nspark_submit = "{spark_submit}"\n'
+                                       'conf = { "spark.ui.enabled" = false }', source=f"local:{source}",
+                             tables=f'tables = ["{DB}.*"]'))
+    now = datetime.now(UTC)
+    landed = run_stage_process(cfg, "fetch", "a", window=(now - timedelta(days=1), now + timedelta(hours=1)),
+                               log=lambda _m: None)
+    assert landed["files"] == [newest.name] and landed["lineage"] == "default"
+    lines: list[str] = []
+    prepared = run_stage_process(cfg, "prepare", "a", "default", log=lines.append)
+    assert prepared["decoded_by"] == "spark" and prepared["batch"] == 0
+    assert any("spark-submit" in ln and "spark_jobs/stage.py" in ln for ln in lines)
+    for stage in ("gate_before", "merge", "gate_after"):
+        run_stage_process(cfg, stage, "a", "default", batch=0, log=lambda _m: None)
+    summary = run_stage_process(cfg, "publish", "a", "default", batch=0, log=lambda _m: None)
+    assert summary["changed_tables"] == [f"{DB}.t"] and summary["rows"][f"{DB}.t"] == \
+        {"insert": 30, "update": 10, "delete": 5}
+
+    from binlake.lake.engines import get_engine
+    from binlake.lake.layout import LakeLayout
+
+    lake = {r["id"]: (r["v"], r["s"]) for r in get_engine().read(LakeLayout(cfg.lake).current_path(DB, "t")).to_pylist()}
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v, s FROM t")
+        expected = {i: (Decimal(v), s) for i, v, s in cur.fetchall()}
+    assert lake == expected
+    # nothing new: the next prepare finds no batch
+    assert run_stage_process(cfg, "prepare", "a", "default", log=lambda _m: None)["batch"] is None
