@@ -156,3 +156,76 @@ def _converter(target: pa.DataType):
         return values.cast(target, safe=True)
 
     return convert
+
+
+class BackfillError(ValueError):
+    """A segment of an older schema version that cannot be brought to the current table's layout."""
+
+
+def newest_seq(engine, path: str) -> int | None:
+    """The newest `_seq` a current table has applied (its rows' and its tombstones'); None for no table."""
+    from .engines import tombstone_path
+
+    out = None
+    for p in (path, tombstone_path(path)):
+        if engine.exists(p):
+            top = pc.max(engine.read(p, columns=[SEQ]).column(SEQ)).as_py()
+            if top is not None and (out is None or top > out):
+                out = top
+    return out
+
+
+def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, table_schema: pa.Schema,
+                   newest: int | None, ddl_time: str | None = None) -> tuple[pa.Table, list[str]] | None:
+    """A segment whose schema version is not the one the current table mirrors, seen from the table.
+
+    Returns None when the segment is newer than every change the table holds: the source's schema moved on, and
+    the caller alters the table (schema_changes) before merging, as before. When the whole segment is older (a
+    backfill: files older than the table's schema version arriving late), returns the segment's merge input
+    evolved forward to the table's layout, with the key names to merge on: the table is not altered back.
+    Evolving forward does to these rows what the server's later ALTERs did to them: added columns take their
+    DDL default, dropped ones go, renames keep values, retyped ones are converted (or the batch fails). The merge
+    then keeps whichever change of each key is newer, so the table converges to the in-order result.
+
+    The call site (the merge of one segment, `_merge_segments`) uses it like this:
+
+        evolved = backfill_input(data, tm, recorded_def, engine.read(path).schema, newest_seq(engine, path))
+        if evolved is not None:
+            rows, keys = evolved
+            engine.merge(path, rows, keys, app, batch * 1000 + step); step += 1; merges += 1
+            continue  # the registry keeps the table's version
+    """
+    if data.num_rows == 0 or newest is None:
+        return None
+    seqs = data.column(SEQ)
+    first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
+    if first > newest:
+        return None
+    if last > newest:
+        raise BackfillError(
+            f"{tm.qualified_name}: rows of schema version {tm.schema_version} span the current table's newest "
+            f"change (seq {newest}); a table cannot both keep its newer layout and take these rows in order. "
+            "Re-ingest the files in binlog order for this table")
+    if table_def is None:
+        raise BackfillError(f"{tm.qualified_name}: a backfill of schema version {tm.schema_version} needs the "
+                            "definition of the table's current version (ingest with --schemas or binlog DDL)")
+    from .bootstrap import table_map_for  # bootstrap uses this module: imported here, not at the top
+    from .engines.schema_change import apply_changes
+
+    target = table_map_for(table_def, mariadb=True)  # Arrow types only; the flavour changes binlog codes
+    target.schema_version = table_def.fingerprint()
+    values = [c.key for c in tm.columns]
+    changes = schema_changes(values, tm.schema, target, data.schema, ddl_time)
+    try:
+        rows = pa.Table.from_batches([apply_changes(b, changes) for b in data.to_batches()])
+    except Exception as exc:  # EngineError from a conversion the ALTER could not have done
+        raise BackfillError(f"{tm.qualified_name}: rows of schema version {tm.schema_version} cannot be evolved "
+                            f"to the table's layout: {exc}") from exc
+    wanted = [f.name for f in table_schema if f.name in rows.column_names]
+    missing = [f.name for f in table_schema if f.name not in rows.column_names and f.name not in (SEQ, DELETED)]
+    if missing:
+        raise BackfillError(f"{tm.qualified_name}: evolved rows lack the table's columns {missing}")
+    rows = rows.select([*wanted, *(c for c in (SEQ, DELETED) if c not in wanted)])
+    rows = rows.cast(pa.schema([table_schema.field(c) if c in table_schema.names else rows.schema.field(c)
+                                for c in rows.column_names]))
+    return rows, key_names(target)
