@@ -218,9 +218,46 @@ def _tally_checks(name: str, history: pa.Table, tally: dict, config: QualityConf
                     BEFORE, name, config.sample_size)
 
 
+def _dml_targets(query: str, database: str | None) -> set[tuple[str, str]] | None:
+    """The tables a statement-based DML writes, when sqlglot can tell for sure; None when it cannot."""
+    import logging
+
+    import sqlglot
+    from sqlglot import exp
+
+    quiet = logging.getLogger("sqlglot")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        tree = sqlglot.parse_one(query, read="mysql")
+    except Exception:
+        return None
+    finally:
+        quiet.setLevel(level)
+    def single(t) -> bool:  # one table, no joins: a multi-table statement's targets are not read from it
+        return isinstance(t, exp.Table) and not t.args.get("joins")
+
+    if isinstance(tree, exp.Insert):
+        found = [tree.this if isinstance(tree.this, exp.Table) else tree.this.find(exp.Table)]
+    elif isinstance(tree, exp.Delete) and tree.args.get("tables"):
+        found = list(tree.args["tables"])
+    elif isinstance(tree, (exp.Delete, exp.Update)) and single(tree.this) and not tree.args.get("using") \
+            and not tree.args.get("from") and not tree.args.get("joins"):
+        found = [tree.this]
+    else:
+        return None
+    if not found or not all(isinstance(t, exp.Table) and t.name for t in found):
+        return None
+    return {((t.db or database or "").lower(), t.name.lower()) for t in found}
+
+
 def _mentions(query: str | None, database: str | None, db: str, table: str) -> bool:
+    """Does the statement write db.table? By its parsed targets, or (unparsable) by naming the table at all."""
     if not query:
         return False
+    targets = _dml_targets(query, database)
+    if targets is not None:
+        return (db.lower(), table.lower()) in targets
     q = query.replace("`", "")
     if re.search(rf"\b{re.escape(db)}\s*\.\s*{re.escape(table)}\b", q, re.I):
         return True

@@ -475,3 +475,19 @@ def test_a_key_column_renamed_inside_the_batch_passes_the_gates(server, tmp_path
     results = read_validations(get_engine(), str(lake)).to_pylist()
     assert all(r["success"] for r in results)
     assert any(r["gate"] == "pk_not_null" and "id" in r["kwargs"] and "oid" not in r["kwargs"] for r in results)
+
+
+@pytest.mark.parametrize(("query", "session_db", "table", "writes"), [
+    ("UPDATE stmt SET v = v + 1", "d", "stmt", True),
+    ("INSERT INTO audit SELECT * FROM orders", "d", "orders", False),  # reads the tracked table, writes another
+    ("INSERT INTO audit SELECT * FROM orders", "d", "audit", True),
+    ("REPLACE INTO d.t VALUES (1)", "x", "t", True),  # unparsable for sqlglot: the table is named, so it counts
+    ("UPDATE a JOIN b ON a.x = b.x SET b.v = 1", "d", "b", True),
+    ("DELETE a, b FROM a JOIN b ON a.x = b.x", "d", "b", True),
+    ("DELETE FROM other.x WHERE id = 1", "d", "x", False),
+    ("DELETE FROM `x` WHERE id = 1", "d", "x", True),
+])
+def test_statement_dml_is_attributed_to_the_tables_it_writes(query, session_db, table, writes) -> None:
+    from binlake.quality.gates import _mentions
+
+    assert _mentions(query, session_db, "d", table) is writes
