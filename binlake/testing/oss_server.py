@@ -379,7 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data[:fault.after])
             self.wfile.flush()
             self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
+            self.connection.shutdown(socket.SHUT_WR)  # FIN after the bytes sent: a clean cut mid-body
             return
         self._send(status, headers, data)
 

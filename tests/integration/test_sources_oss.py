@@ -241,7 +241,8 @@ def test_stream_and_fetch_survive_dropped_connections(oss_server, binlogs, tmp_p
     assert path == str(landed_dir / big.name) and Path(path).read_bytes() == data
     assert sorted(p.name for p in landed_dir.iterdir()) == [big.name, f"{big.name}.source.json"]
     ranges = [r.range for r in oss_server.requests[start:] if r.key == key]
-    assert ranges[0] == "bytes=50000-" and ranges[1] == f"bytes={50_000 + 100_000 // 65536 * 65536}-"
+    assert ranges[0] == "bytes=50000-" and len(ranges) == 2  # the earlier part, then once more after the drop
+    assert 50_000 <= int(ranges[1][len("bytes="):-1]) <= 150_000  # from where it broke, not from the start
     start = len(oss_server.requests)
     assert source.fetch(f, str(landing)) == path  # already landed and verified: nothing downloaded
     assert not [r for r in oss_server.requests[start:] if r.method == "GET"]
