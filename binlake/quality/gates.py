@@ -70,6 +70,9 @@ class GateFailed(Exception):
         super().__init__(f"quality gate {report.stage} failed: batch {report.batch}, table(s) {', '.join(tables)}; "
                          f"the batch is quarantined (binlake quarantine show {report.batch}):\n{lines}")
 
+    def __reduce__(self):  # picklable across processes (the default would call __init__ with the message)
+        return (GateFailed, (self.report,))
+
 
 def _gx():
     import great_expectations as gx

@@ -31,6 +31,9 @@ class BatchQuarantined(RuntimeError):
             f"expectation(s), first: table {first.get('table')}, {first.get('gate')}); nothing new is ingested "
             f"until it is released: binlake quarantine show {batch} / binlake quarantine release {batch}")
 
+    def __reduce__(self):  # picklable across processes
+        return (BatchQuarantined, (self.batch, self.info))
+
 
 def _mark(engine, layout, pb, status: str, error: str | None) -> None:
     """One control-table event for the batch's files (their end_pos stays where the previous batch left it)."""

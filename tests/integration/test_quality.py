@@ -6,6 +6,7 @@ alert delivered to a local webhook, and releasing after the fix must merge the b
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import threading
 from decimal import Decimal
@@ -217,14 +218,17 @@ def test_user_expectation_failure_quarantines_and_release_merges_once(server, tm
     message = str(err)
     assert "batch 1" in message and f"{DB}.orders" in message and "expect_column_values_to_be_between" in message
     assert "5000" in message  # the failing value is shown
+    copy = pickle.loads(pickle.dumps(err))  # crosses process boundaries (Airflow task runners) intact
+    assert (copy.table, copy.batch, str(copy)) == (err.table, err.batch, message)
     assert current(lake, "orders") == before_rows
     assert_quarantined(lake, 1, before_control, "user:expect_column_values_to_be_between", webhook, "orders")
     history_during = history_ops(lake, "orders")
     assert history_during == {"insert": 21, "update": 1, "delete": 1}  # the history keeps the batch
 
     # While quarantined nothing new is ingested (it would decode the same changes again).
-    with pytest.raises(BatchQuarantined, match="batch 1 is quarantined"):
+    with pytest.raises(BatchQuarantined, match="batch 1 is quarantined") as blocked:
         run_ingest(opts)
+    assert pickle.loads(pickle.dumps(blocked.value)).batch == 1
 
     rules.write_text(json.dumps({"tables": {f"{DB}.orders": [
         {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 10000}}]}}))
