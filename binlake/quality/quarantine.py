@@ -77,6 +77,19 @@ def quarantined(lake: str, pipeline: str = "default") -> list:
     return [pb for pb in BatchStore(lake, pipeline).unpublished() if pb.state == "quarantined"]
 
 
+def quarantined_files(lake: str, pipeline: str = "default", engine=None) -> list[FileState]:
+    """Control-table rows marked quarantined outside any quarantined batch (e.g. a download that failed its
+    checksum), so `binlake quarantine list` shows every held-back file."""
+    from ..lake.engines import get_engine
+    from ..lake.layout import LakeLayout
+
+    engine = engine or get_engine()
+    in_batches = {(f["instance"], f["lineage"], f["file"]) for pb in quarantined(lake, pipeline) for f in pb.files}
+    states = ControlTable(engine, LakeLayout(lake, pipeline)).load()
+    return sorted((s for key, s in states.items() if s.status == "quarantined" and key not in in_batches),
+                  key=lambda s: (s.instance, s.lineage, s.file_seq))
+
+
 def release_batch(opts, batch: int, engine=None, run: bool = True, executor=None, progress=lambda _m: None):
     """Release a quarantined batch; with `run`, re-run its remaining stages now (gates, merge, publish) and
     return the RunSummary (the batch fails again with GateFailed if the gates still fail)."""

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from binlake.cli import main
-from binlake.lake.control import ControlTable
+from binlake.lake.control import ControlTable, FileState
 from binlake.lake.engines import ColumnChange, get_engine
 from binlake.lake.ingest import IngestOptions, run_ingest
 from binlake.lake.layout import LakeLayout
@@ -376,6 +376,11 @@ def test_stale_batch_fails_freshness_and_release_without_it_merges(server, tmp_p
     assert main(["quality", "report", "--lake", str(lake), "--out", str(tmp_path / "q.html")]) == 0
     page = (tmp_path / "q.html").read_text()
     assert "FAILED" in page and "freshness" in page and "passed" in page  # the failed run and the released one
+    # A file held back outside any batch (e.g. by the fetch stage's checksum check) is listed too.
+    held = FileState("default", "default", "mysql-bin.999999", 999999, 10, "quarantined", last_error="checksum x")
+    ControlTable(get_engine(), LakeLayout(str(lake))).record([held], 0, event=50)
+    assert main(["quarantine", "list", "--lake", str(lake)]) == 0
+    assert "file mysql-bin.999999 (default/default): quarantined outside a batch: checksum x" in capsys.readouterr().out
 
 
 def test_ingest_command_exits_non_zero_naming_table_batch_and_expectation(server, tmp_path, capsys) -> None:
