@@ -273,7 +273,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from .lake.ingest import IngestOptions
     from .lake.pending import BatchStore
-    from .quality.quarantine import quarantined, release_batch
+    from .quality.quarantine import quarantined, quarantined_files, release_batch
 
     if args.action == "list":
         for pb in quarantined(args.lake, args.pipeline):
@@ -281,6 +281,8 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
             tables = sorted({f["table"] for f in q.get("failures", [])})
             print(f"batch {pb.batch}: {q.get('stage')} gate failed at {q.get('at')}; tables {', '.join(tables)}; "
                   f"files {', '.join(f['file'] for f in pb.files)}")
+        for st in quarantined_files(args.lake, args.pipeline):
+            print(f"file {st.file} ({st.instance}/{st.lineage}): quarantined outside a batch: {st.last_error}")
         return 0
     if args.batch is None:
         raise ValueError(f"binlake quarantine {args.action} needs the batch number")
