@@ -1,5 +1,5 @@
 """The ingest as separate, idempotent stages, so a scheduler can run each as its own task and retry only what
-failed (see /tmp/brief/stages_contract.md, docs in README "Quality gates"):
+failed (README "Quality gates"):
 
     prepare_batch     pick files from the control table, build the schema timeline, decode, persist the pending
                       batch in the lake, append history (app txn). Resumes an unpublished batch instead of
@@ -12,6 +12,11 @@ failed (see /tmp/brief/stages_contract.md, docs in README "Quality gates"):
 Every stage takes the same IngestOptions and reads what it needs from the lake (`_binlake/batches/...`, see
 pending.py), so each can run in a different process. Every Delta commit carries an application transaction and
 the control table advances last: a run killed anywhere and re-run ends with the same tables, no duplicates.
+
+Batches of one pipeline are strictly sequential: the app-id versions of a table's commits grow with the batch
+number, so a later batch must never commit before an earlier one. Hence an unpublished batch is resumed by the
+next `prepare_batch` of the pipeline whatever its options name (its files and decoded rows are in the lake), and
+a quarantined one blocks the pipeline until it is released.
 """
 
 from __future__ import annotations
