@@ -134,7 +134,8 @@ class OssShipper:
     def __init__(self, endpoint: str, bucket: str, prefix: str, key_id: str, secret: str, binlog_dir: Path) -> None:
         import oss2
 
-        self.bucket = oss2.Bucket(oss2.Auth(key_id, secret), endpoint, bucket)
+        # Inside the compose network the server is `oss:8091`: the bucket must go in the path, not the host name.
+        self.bucket = oss2.Bucket(oss2.Auth(key_id, secret), endpoint, bucket, is_path_style=True)
         self.prefix = prefix
         self.binlog_dir = binlog_dir
         self.shipped: set[str] = set()
