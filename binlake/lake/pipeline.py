@@ -83,11 +83,11 @@ def _setup(opts: IngestOptions, engine: DeltaEngine | None) -> tuple[DeltaEngine
     return engine or get_engine(opts.engine), LakeLayout(opts.lake, opts.pipeline), BatchStore(opts.lake, opts.pipeline)
 
 
-def _load(store: BatchStore, batch: int, *, allow_quarantined: bool = False) -> PendingBatch:
+def _load(store: BatchStore, batch: int) -> PendingBatch:
     pb = store.load(batch)
     if pb.state == "published":
         raise StageOrderError(f"batch {batch} is already published")
-    if pb.state == "quarantined" and not allow_quarantined:
+    if pb.state == "quarantined":
         raise BatchQuarantined(batch, pb.quarantine)
     return pb
 

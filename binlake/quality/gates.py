@@ -114,16 +114,16 @@ def before_merge_gate(pb, store, opts) -> GateReport:
         keys = _keys(last_tm) if info["has_pk"] else []
         report.results += _history_checks(name, history, versions, keys, ranges, user.get(name, []), config)
         if keys:
-            parts = []
+            by_key: dict[tuple, list[pa.Table]] = {}  # segments grouped by their key columns (renames)
             for i, seg in enumerate(segments(history)):
                 tm = versions[seg.version]
-                if _keys(tm) == keys:
-                    data = merge_input(seg.rows, tm).select(keys)
-                    parts.append(data.append_column("_segment", pa.array([i] * data.num_rows, pa.int32())))
-            if parts:
+                data = merge_input(seg.rows, tm).select(_keys(tm))
+                by_key.setdefault(tuple(_keys(tm)), []).append(
+                    data.append_column("_segment", pa.array([i] * data.num_rows, pa.int32())))
+            for seg_keys, parts in by_key.items():
                 frame = pa.concat_tables(parts).to_pandas()
                 report.results += validate(frame, [Check("one_row_per_key", "one row per key after the net-change "
-                                                         "reduction", _unique(["_segment", *keys]))],
+                                                         "reduction", _unique(["_segment", *seg_keys]))],
                                            BEFORE, name, config.sample_size)
         report.results += _tally_checks(name, history, tally, config)
         report.results += _problem_checks(name, info, pb, config)
