@@ -370,3 +370,13 @@ def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     assert subject.startswith(f"binlake dq gate failed: instance {NAME}, table {DB}.orders, interval")
     body = "".join(part.get_payload(decode=True).decode() for part in msg.walk() if not part.is_multipart())
     assert '&quot;table&quot;: &quot;af_shop.orders&quot;' in body and "amount" in body
+
+    # a plain task failure: a backfill whose end is before its start fails planning, and says so
+    alerts.clear()
+    bad = run_dag(scenario, "binlake_backfill", "plain", conf={
+        "instance": NAME, "start": hours[3].isoformat(), "end": hours[1].isoformat(), "tables": []})
+    assert bad["state"] == "failed" and bad["tasks"]["plan_backfill"] == "failed", bad["log"]
+    (alert,) = alerts
+    assert alert["event"] == "binlake.task_failed" and alert["instance"] == NAME and alert["table"] is None
+    assert alert["interval"] == [hours[3].isoformat(), hours[1].isoformat()]
+    assert "param `end`" in alert["reason"] and "must be after `start`" in alert["reason"]
