@@ -116,7 +116,9 @@ def before_merge_gate(pb, store, opts) -> GateReport:
         if keys:
             by_key: dict[tuple, list[pa.Table]] = {}  # segments grouped by their key columns (renames)
             for i, seg in enumerate(segments(history)):
-                tm = versions[seg.version]
+                tm = versions.get(seg.version)
+                if tm is None:  # rows no schema version named: the schema_version expectation reports them
+                    continue
                 data = merge_input(seg.rows, tm).select(_keys(tm))
                 by_key.setdefault(tuple(_keys(tm)), []).append(
                     data.append_column("_segment", pa.array([i] * data.num_rows, pa.int32())))

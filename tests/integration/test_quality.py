@@ -128,7 +128,8 @@ def assert_quarantined(lake, batch: int, before: dict, gate: str, webhook, table
         assert st.end_pos == (before[f["file"]].end_pos if f["file"] in before else 4)  # watermark unmoved
     assert [b.batch for b in quarantined(str(lake))] == [batch]
     posted = [a for a in webhook.received if a["batch"] == batch]
-    assert posted and posted[-1]["table"] == f"{DB}.{table}" and posted[-1]["event"] == "binlake.gate_failed"
+    expected_table = table if table.startswith("(") else f"{DB}.{table}"  # "(batch)": a batch-wide check
+    assert posted and posted[-1]["table"] == expected_table and posted[-1]["event"] == "binlake.gate_failed"
     assert any(f["gate"] == gate for f in posted[-1]["failures"])
 
 
@@ -500,3 +501,62 @@ def test_statement_dml_is_attributed_to_the_tables_it_writes(query, session_db, 
     from binlake.quality.gates import _mentions
 
     assert _mentions(query, session_db, "d", table) is writes
+
+
+def _tamper_history(store: BatchStore, pb, change) -> None:
+    maps = store.read_table_maps(pb)
+    histories = {name: change(store.read_history(pb, name)) for name in pb.tables}
+    store.write_data(pb.batch, histories, maps)
+
+
+def _set(table: pa.Table, column: str, values: list) -> pa.Table:
+    i = table.column_names.index(column)
+    return table.set_column(i, column, pa.array(values, table.schema.field(column).type))
+
+
+@pytest.mark.parametrize(("case", "gates"), [
+    ("event decoded twice", {"seq_increasing", "history_tally"}),
+    ("null key", {"pk_not_null"}),
+    ("no schema version", {"schema_version"}),
+    ("position outside the decoded range", {"seq_increasing"}),
+    ("undecodable text", {"no_decode_errors"}),
+    ("INCIDENT event", {"event_types_handled"}),
+])
+def test_each_before_merge_gate_fails_on_a_batch_crafted_to_break_it(server, tmp_path, webhook, case, gates) -> None:
+    """A decoded batch tampered with between the stages, as a bug or a bad intermediate file would: the gate
+    that guards against it (and only the gates that must) fails, and nothing reaches the current table."""
+    from binlake.lake import pipeline
+
+    table = "craft_" + re.sub(r"\W", "_", case)
+    first = server.binlog_files()[-1].name
+    write(server, [f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(10))",
+                   *[f"INSERT INTO {table} VALUES ({i}, 'v{i}')" for i in range(6)],
+                   f"UPDATE {table} SET v = 'u' WHERE id < 3", f"DELETE FROM {table} WHERE id = 5"])
+    lake = tmp_path / "lake"
+    opts = options(lake, new_files(server, first), table, webhook)
+    batch = pipeline.prepare_batch(opts)
+    store = BatchStore(str(lake))
+    pb = store.load(batch)
+    n = pb.tables[f"{DB}.{table}"]["rows"]
+    if case == "event decoded twice":
+        _tamper_history(store, pb, lambda h: pa.concat_tables([h, h.slice(0, 1)]))
+    elif case == "null key":
+        _tamper_history(store, pb, lambda h: _set(h, "id", [None, *h.column("id").to_pylist()[1:]]))
+    elif case == "no schema version":
+        _tamper_history(store, pb, lambda h: _set(h, "_schema_version", [None] * n))
+    elif case == "position outside the decoded range":
+        _tamper_history(store, pb, lambda h: _set(h, "_pos", [p + 10**9 for p in h.column("_pos").to_pylist()]))
+    elif case == "undecodable text":
+        pb.conversions[f"undecodable_text:{DB}.{table}.v"] = 1
+        store.save(pb)
+    else:
+        pb.event_types["INCIDENT"] = 1
+        store.save(pb)
+    with pytest.raises(GateFailed) as failed:
+        pipeline.gate_before_merge(opts, batch)
+    assert {f.gate for f in failed.value.failures} == gates
+    assert not get_engine().exists(LakeLayout(str(lake)).current_path(DB, table))
+    with pytest.raises(BatchQuarantined):
+        pipeline.merge_batch(opts, batch)
+    assert_quarantined(lake, batch, {}, sorted(gates)[0], webhook,
+                       table if case != "INCIDENT event" else "(batch)")
