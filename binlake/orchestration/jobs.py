@@ -114,7 +114,8 @@ def stage_command(cfg: DeploymentConfig, stage: str, args: list[str]) -> tuple[l
     cmd = [cfg.spark.spark_submit, "--master", cfg.spark.master, "--deploy-mode", cfg.spark.deploy_mode]
     for key, value in sorted(cfg.spark.conf.items()):
         cmd += ["--conf", f"{key}={value}"]
-    cmd += [*cfg.spark.submit_args, job, *args]
+    cluster = [] if cfg.spark.master.startswith("local") else ["--spark-cluster"]  # driver reachable off-host
+    cmd += [*cfg.spark.submit_args, job, *cluster, *args]
     env["PYSPARK_PYTHON"] = python
     return cmd, env
 

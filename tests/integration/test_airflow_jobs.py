@@ -93,7 +93,8 @@ def test_stage_commands(tmp_path: Path) -> None:
     cmd, env = stage_command(submit, "prepare", ["--x"])
     assert cmd[:5] == ["/opt/spark/bin/spark-submit", "--master", "yarn", "--deploy-mode", "cluster"]
     assert cmd[5:11] == ["--conf", "spark.a=x", "--conf", "spark.b=2", "--queue", "etl"]
-    assert cmd[11].endswith("spark_jobs/stage.py") and Path(cmd[11]).is_file() and cmd[12:] == ["--x"]
+    assert cmd[11].endswith("spark_jobs/stage.py") and Path(cmd[11]).is_file()
+    assert cmd[12:] == ["--spark-cluster", "--x"]  # yarn: the driver binds to its host name, not the loopback
     assert env == {"PYSPARK_PYTHON": sys.executable}
     plain = load_config(config(tmp_path, '[spark]\nmode = "in-process"'))
     assert stage_command(plain, "prepare", [])[0][1:] == ["-m", "binlake.orchestration.jobs"]
@@ -131,7 +132,8 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path) -> None:
     lines: list[str] = []
     prepared = run_stage_process(cfg, "prepare", "a", "default", log=lines.append)
     assert prepared["decoded_by"] == "spark" and prepared["batch"] == 0
-    assert any("spark-submit" in ln and "spark_jobs/stage.py" in ln for ln in lines)
+    (command,) = [ln for ln in lines if "spark-submit" in ln and "spark_jobs/stage.py" in ln]
+    assert "--spark-cluster" not in command  # local[1]: loopback
     for stage in ("gate_before", "merge", "gate_after"):
         run_stage_process(cfg, stage, "a", "default", batch=0, log=lambda _m: None)
     summary = run_stage_process(cfg, "publish", "a", "default", batch=0, log=lambda _m: None)
