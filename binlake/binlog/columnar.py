@@ -25,7 +25,7 @@ from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .constants import RowsKind
 from .packing import BodyError
-from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, time_part, timestamp_base
+from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, timestamp_base
 from .tablemap import Column, TableMap
 from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text
 
@@ -69,18 +69,22 @@ def _date_text(k3: bytes) -> str:
     return date_part((int.from_bytes(k3, "big") - 0x800000) >> 1) + " "
 
 
-def _time_table(hour_top: int) -> RawCache:
-    """'HH:MM:SS' from DATETIME2's last two bytes read as a little-endian 16-bit key, for one hour top bit."""
-
-    def text(key: int) -> str:
-        return time_part(hour_top << 16 | (key & 0xFF) << 8 | key >> 8)
-
-    return _shared_cache(("time", hour_top), text)
+_TIME_LISTS: list[list[str] | None] = [None, None]
 
 
-_TIME_TABLES = (_time_table(0), _time_table(1))
+def _times_for(k3: bytes) -> list[str]:
+    """'HH:MM:SS' for every little-endian 16-bit key of DATETIME2's last two bytes, for the hour's top bit in
+    the third byte; built whole on first use (65,536 texts: cheaper than filling a cache one miss at a time)."""
+    top = k3[2] & 1
+    table = _TIME_LISTS[top]
+    if table is None:
+        hms = [top << 16 | (k & 0xFF) << 8 | k >> 8 for k in range(0x10000)]
+        table = _TIME_LISTS[top] = ["%02d:%02d:%02d" % (t >> 12, (t >> 6) & 63, t & 63) for t in hms]
+    return table
+
+
 _DATES = _shared_cache(("date",), _date_text)
-_HOUR_TOP = _shared_cache(("hour_top",), lambda k3: _TIME_TABLES[k3[2] & 1])
+_HOUR_TOP = _shared_cache(("hour_top",), _times_for)
 _STAMPS = _shared_cache(("stamp",), lambda k4: timestamp_base(int.from_bytes(k4, "big")))
 
 
@@ -313,12 +317,20 @@ def _decimal_column(col: Column, bit: int) -> _Col:
 
     fracs = (frac_part(False), frac_part(True))
     add_exact = _DECIMAL_CONTEXT.add
+    prefill = len(frac_groups) == 1 and s <= 2
 
     def values_of(int_raw: bytes) -> RawCache:
         """fraction bytes -> the whole value, for one integer part (a second level: hits add nothing)."""
         int_value = int_part(int_raw)
-        frac_values = fracs[not int_raw[0] & 0x80]
-        return RawCache(lambda frac_raw: add_exact(int_value, frac_values[frac_raw]), 128)
+        negative = not int_raw[0] & 0x80
+        frac_values = fracs[negative]
+        values = RawCache(lambda frac_raw: add_exact(int_value, frac_values[frac_raw]), 128)
+        if prefill:
+            # Few possible fractions (cents): all of them at once, cheaper than one miss at a time.
+            for v in range(10**s):
+                raw = (v ^ frac_mask if negative else v).to_bytes(size - int_bytes, "big")
+                values[raw] = add_exact(int_value, frac_values[raw])
+        return values
 
     by_int = _shared_cache(("decimal-int", p, s), values_of, 2048).__getitem__
 
