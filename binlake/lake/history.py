@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -56,28 +57,42 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
     clash = META_NAMES.intersection(names)
     if clash:
         raise ValueError(f"{tm.qualified_name} has columns named like binlake's metadata: {sorted(clash)}")
-    where = tm.qualified_name
     batches = [item.batch for item in items]
     counts = np.fromiter((len(b.pairs) for b in batches), np.int64, len(batches))
     n = int(counts.sum())
     images = [a if a is not None else b for batch in batches for b, a in batch.pairs]
-    # Column by column with a comprehension: measured faster than zip(*images) (which makes an iterator per row).
-    columns = {col.key: to_arrow([r[col.index] for r in images], col, f"{where}.{col.key}", stats)
-               for col in tm.columns}
+    columns = {col.key: arr for col, arr in zip(tm.columns, _columns(images, tm, stats), strict=True)}
     before_fields = [pa.field(col.key, arrow_type(col)) for col in tm.columns]
-    updates = [b.op == "update" for b in batches]
-    if any(updates):
-        filler = [None] * len(tm.columns)
-        befores = [pair[0] if update else filler for batch, update in zip(batches, updates, strict=True)
+    updates = np.array([b.op == "update" for b in batches], dtype=bool)
+    if updates.any():
+        # Only update rows have a before image: convert those, then spread them over all rows (null elsewhere).
+        befores = [pair[0] for batch, update in zip(batches, updates.tolist(), strict=True) if update
                    for pair in batch.pairs]
-        children = [to_arrow([r[col.index] for r in befores], col, f"{where}.{col.key}", stats)
-                    for col in tm.columns]
-        mask = pa.array(np.repeat(np.logical_not(updates), counts))
-        columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields, mask=mask)
+        per_row = np.repeat(updates, counts)
+        if None in befores:  # an update without a before image (partial JSON, MINIMAL image): null there too
+            per_row[per_row] = [b is not None for b in befores]
+            befores = [b for b in befores if b is not None]
+        children = _columns(befores, tm, stats)
+        at = np.cumsum(per_row) - 1
+        spread = pa.array(at, pa.int64(), mask=~per_row)
+        columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields).take(spread)
     else:
         columns["_before"] = pa.nulls(n, pa.struct(before_fields))
     columns.update(_meta_columns(batches, items, counts, n, tm.schema_version, batch_id))
     return pa.table(columns)
+
+
+def _columns(images: list[list], tm: TableMap, stats: ConversionStats) -> list[pa.Array]:
+    """Row images (value lists in column order) as one Arrow array per column.
+
+    The rows are flattened in one pass and each column is a strided slice: measured about twice as fast as a
+    comprehension per column, which walks every row list once per column."""
+    k = len(tm.columns)
+    flat = list(chain.from_iterable(images))
+    if len(flat) != k * len(images):
+        raise ValueError(f"{tm.qualified_name}: row images do not all have the table map's {k} columns")
+    where = tm.qualified_name
+    return [to_arrow(flat[col.index::k], col, f"{where}.{col.key}", stats) for col in tm.columns]
 
 
 def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.ndarray, n: int,

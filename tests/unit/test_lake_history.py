@@ -106,3 +106,22 @@ def test_segments_sort_only_when_needed_and_cut_at_versions() -> None:
     assert [(s.version, s.rows.column("_pos").to_pylist()) for s in segments(t)] == [
         ("a", [5, 5]), (None, [6]), ("a", [9]), ("b", [1])]
     assert list(segments(t.slice(0, 0))) == []
+
+
+def test_before_images_spread_over_rows_and_missing_ones_are_null() -> None:
+    tm = _table()
+    upd = RowBatch("f.000001", 10, 10, 0, 0, None, tm, "update",
+                   [([1, "a"], [1, "b"]), (None, [2, "c"]), ([3, "d"], [3, "e"])])
+    ins = RowBatch("f.000001", 20, 20, 0, 0, None, tm, "insert", [(None, [4, "f"])])
+    upd2 = RowBatch("f.000001", 30, 30, 0, 0, None, tm, "update", [([4, "f"], [5, "g"])])
+    rows = history_table([CommittedBatch(b, 0, 1) for b in (upd, ins, upd2)], 0, ConversionStats()).to_pylist()
+    assert [r["_before"] for r in rows] == [{"id": 1, "v": "a"}, None, {"id": 3, "v": "d"}, None,
+                                            {"id": 4, "v": "f"}]
+    assert [(r["id"], r["v"]) for r in rows] == [(1, "b"), (2, "c"), (3, "e"), (4, "f"), (5, "g")]
+
+
+def test_rows_of_the_wrong_width_are_refused() -> None:
+    tm = _table()
+    bad = RowBatch("f.000001", 10, 10, 0, 0, None, tm, "insert", [(None, [1, "a"]), (None, [2])])
+    with pytest.raises(ValueError, match="do not all have the table map's 2 columns"):
+        history_table([CommittedBatch(bad, 0, 1)], 0, ConversionStats())
