@@ -353,7 +353,7 @@ class _Layout:
     __slots__ = ("fmt", "pieces", "segments", "size", "tail", "var_at")
 
     def __init__(self, nb: int, cols: list[_Col], nulls: int) -> None:
-        parts: list[str] = [f"{nb}x"] if nb else []
+        parts: list[str] = [_BITMAP_CODES.get(nb, f"{nb}s")]  # the NULL bitmap is the first field
         # (bytes from the previous variable value's end to this one's length prefix, prefix width, codes so far)
         segments: list[tuple[int, int, str]] = []
         size = nb
@@ -389,6 +389,7 @@ class _Layout:
             self.var_at = -2
 
 
+_BITMAP_CODES = {1: "B", 2: "H"}
 MAX_INLINED = 8  # NULL patterns a generated walker tests inline
 
 
@@ -400,7 +401,7 @@ class EventPlan:
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
         self.cols = [plan_column(c, 1 << i) for i, c in enumerate(cols)]
-        self.nfields = sum(c.nfields for c in self.cols)
+        self.nfields = 1 + sum(c.nfields for c in self.cols)  # the NULL bitmap, then the columns' fields
         self.absent = [i for i in range(self.ncols) if not present >> i & 1]
         self.layouts: dict[int, _Layout] = {}
         self._inlined: list[int] = []
@@ -428,9 +429,8 @@ class EventPlan:
             read = f"nulls = _from_bytes(buf[off:off + {nb}], 'little')"
         env: dict[str, Any] = {"BodyError": BodyError, "_from_bytes": int.from_bytes, "step": self._step,
                                "walk_general": self._walk_general}
-        lines = ["def walk(buf, off, end):", "    nulls_list = []", "    add_nulls = nulls_list.append",
-                 "    fmts = ['<']", "    add_fmt = fmts.append", "    while off < end:", f"        {read}",
-                 "        add_nulls(nulls)"]
+        lines = ["def walk(buf, off, end):", "    fmts = ['<']", "    add_fmt = fmts.append", "    while off < end:",
+                 f"        {read}"]
         for i, nulls in enumerate(self._inlined):
             lay = self.layout(nulls)
             lines.append(f"        {'if' if i == 0 else 'elif'} nulls == {nulls}:")
@@ -454,7 +454,7 @@ class EventPlan:
         else:
             lines.append("        off = step(buf, off, nulls, add_fmt)")
         lines += ["    if off > end:", "        raise BodyError('row image runs past the end of the event')",
-                  "    return nulls_list, ''.join(fmts)"]
+                  "    return ''.join(fmts)"]
         exec(compile("\n".join(lines), "<binlake event walker>", "exec"), env)
         return env["walk"]
 
@@ -494,11 +494,15 @@ class EventPlan:
         add_fmt("".join(parts))
         return off + lay.size + total
 
-    def images(self, flat: tuple, nulls_list: list[int], start: int, step: int) -> list[list]:
+    def images(self, flat: tuple, start: int, step: int) -> list[list]:
         """Rows (value lists in table column order) of images start, start+step, ... of the event."""
         nf = self.nfields
         stride = nf * step
-        nulls = nulls_list[start::step] if step > 1 else nulls_list
+        i = start * nf
+        nulls = flat[i::stride]
+        if self.nb > 2:
+            nulls = list(map(int.from_bytes, nulls, repeat("little")))
+        i += 1
         n = len(nulls)
         patterns = set(nulls)
         some_null = 0
@@ -507,7 +511,6 @@ class EventPlan:
             some_null |= p
             all_null &= p
         out: list = [None] * self.ncols
-        i = start * nf
         for c in self.cols:
             k = c.nfields
             bit = c.bit
@@ -542,13 +545,12 @@ class EventPlan:
 
 def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> list[tuple]:
     """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images)."""
-    nulls, fmt = plan.walk(buf, off, end)
-    flat = _unpack_from(fmt, buf, off)
+    flat = _unpack_from(plan.walk(buf, off, end), buf, off)
     if kind == RowsKind.UPDATE:
-        if len(nulls) % 2:
+        if len(flat) // plan.nfields % 2:
             raise BodyError("the last updated row has no after image")
-        return list(zip(plan.images(flat, nulls, 0, 2), plan.images(flat, nulls, 1, 2), strict=True))
-    rows = plan.images(flat, nulls, 0, 1)
+        return list(zip(plan.images(flat, 0, 2), plan.images(flat, 1, 2), strict=True))
+    rows = plan.images(flat, 0, 1)
     if kind == RowsKind.WRITE:
         return list(zip(repeat(None), rows))
     return list(zip(rows, repeat(None)))
