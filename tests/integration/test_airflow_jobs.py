@@ -1,12 +1,17 @@
 """The stage processes the Airflow tasks start: their result file counts, not their exit code (a child that
 aborts after writing a success result succeeded; one that dies without a result failed, with its output); gate
-failures come back typed with their table; and the whole chain runs through a real `spark-submit` on a local
-source, ending with current tables equal to the server's."""
+failures come back typed with their table; and the whole chain runs through a real `spark-submit` to a Spark
+standalone cluster on 127.0.0.1, from a local source, ending with current tables equal to the server's."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -100,11 +105,64 @@ def test_stage_commands(tmp_path: Path) -> None:
     assert stage_command(plain, "prepare", [])[0][1:] == ["-m", "binlake.orchestration.jobs"]
 
 
-def test_chain_through_spark_submit(mariadb_full, tmp_path: Path) -> None:
-    """fetch -> prepare (spark-submit, local[1]) -> gate -> merge -> gate -> publish, each a stage process."""
-    spark_submit = Path(sys.executable).with_name("spark-submit")
-    if not spark_submit.exists() or shutil.which("java") is None:
-        pytest.skip("spark-submit or java not installed")
+def spark_home() -> Path:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    if not (home / "bin" / "spark-submit").exists() or shutil.which("java") is None:
+        pytest.skip("spark-submit (pyspark's bin/) or java not installed")
+    return home
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone master and one worker (1 core, 1 GiB) on 127.0.0.1: a real cluster to submit to."""
+    home, work = spark_home(), tmp_path_factory.mktemp("spark-standalone")
+    port = free_port()
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_WORKER_DIR": str(work / "worker"), "SPARK_LOG_DIR": str(work),
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+    spark_class = str(home / "bin" / "spark-class")
+    logs = [open(work / name, "wb") for name in ("master.log", "worker.log")]  # noqa: SIM115 - closed below
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(free_port())], env=env, stdout=logs[0],
+                              stderr=subprocess.STDOUT)
+    url = f"spark://127.0.0.1:{port}"
+    worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                               "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g", url], env=env,
+                              stdout=logs[1], stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while b"Registering worker" not in (work / "master.log").read_bytes():
+            if time.monotonic() > deadline or master.poll() is not None or worker.poll() is not None:
+                raise RuntimeError("the standalone cluster did not come up:\n"
+                                   + (work / "master.log").read_text(errors="replace")[-3000:]
+                                   + (work / "worker.log").read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
+        yield url
+    finally:
+        for proc in (worker, master):
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for fh in logs:
+            fh.close()
+
+
+def test_chain_through_spark_submit(mariadb_full, tmp_path: Path, standalone_cluster: str) -> None:
+    """fetch -> prepare (spark-submit to a standalone cluster: the driver must bind to an address the executors
+    reach) -> gate -> merge -> gate -> publish, each a stage process. (The local-mode Spark job runs in
+    test_airflow_e2e.py.)"""
+    spark_master = standalone_cluster
+    spark_submit = spark_home() / "bin" / "spark-submit"
     server = mariadb_full
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
@@ -122,7 +180,8 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path) -> None:
     source = tmp_path / "binlogs"
     source.mkdir()
     shutil.copy(newest, source / newest.name)
-    cfg = load_config(config(tmp_path, f'[spark]\nmode = "submit"\nmaster = "local[1]"\nspark_submit = "{spark_submit}"\n'
+    cfg = load_config(config(tmp_path, f'[spark]\nmode = "submit"\nmaster = "{spark_master}"\n'
+                                       f'spark_submit = "{spark_submit}"\n'
                                        'conf = { "spark.ui.enabled" = false }', source=f"local:{source}",
                              tables=f'tables = ["{DB}.*"]'))
     now = datetime.now(UTC)
@@ -133,7 +192,7 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path) -> None:
     prepared = run_stage_process(cfg, "prepare", "a", "default", log=lines.append)
     assert prepared["decoded_by"] == "spark" and prepared["batch"] == 0
     (command,) = [ln for ln in lines if "spark-submit" in ln and "spark_jobs/stage.py" in ln]
-    assert "--spark-cluster" not in command  # local[1]: loopback
+    assert "--spark-cluster" in command
     for stage in ("gate_before", "merge", "gate_after"):
         run_stage_process(cfg, stage, "a", "default", batch=0, log=lambda _m: None)
     summary = run_stage_process(cfg, "publish", "a", "default", batch=0, log=lambda _m: None)
