@@ -8,7 +8,7 @@ Every step is idempotent: a retried task redoes only what did not finish.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -44,15 +44,6 @@ def file_to_dict(f: SourceFile) -> dict[str, Any]:
         out[key] = out[key].isoformat() if out[key] else None
     out["extra"] = json.loads(json.dumps(out["extra"], default=str))
     return out
-
-
-def file_from_dict(d: dict[str, Any]) -> SourceFile:
-    known = {f.name for f in fields(SourceFile)}
-    data = {k: v for k, v in d.items() if k in known}
-    for key in ("begin", "end"):
-        if data.get(key):
-            data[key] = datetime.fromisoformat(data[key])
-    return SourceFile(**data)
 
 
 def discover(cfg: DeploymentConfig, instance: str, start: datetime, end: datetime,

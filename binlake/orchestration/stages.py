@@ -24,7 +24,8 @@ def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
     from ..lake.ingest import IngestOptions
 
     inst = cfg.instance(instance)
-    schemas = cfg.schemas if (Path(cfg.schemas) / source_instance(inst)).is_dir() else None
+    # No snapshot taken yet (a local store without the instance): the binlog's own DDL is all there is.
+    schemas = cfg.schemas if "://" in cfg.schemas or (Path(cfg.schemas) / source_instance(inst)).is_dir() else None
     opts = IngestOptions(lake=cfg.lake, files=landed_files(cfg, instance, lineage), schemas=schemas,
                          instance=source_instance(inst), lineage=lineage, engine=cfg.engine, pipeline=cfg.pipeline,
                          tables=inst.table_regex, split_bytes=cfg.split_mb << 20)
