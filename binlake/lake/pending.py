@@ -106,15 +106,21 @@ class BatchStore:
         names = {}
         for i, (name, table) in enumerate(sorted(histories.items())):
             names[name] = f"{i}.arrow"
-            with self.fs.open_output_stream(self._path(batch, names[name])) as f, \
-                    pa.ipc.new_file(f, table.schema) as writer:
+            # Written aside and renamed: a reader still mapping an earlier file keeps its (unlinked) inode.
+            tmp = self._path(batch, names[name] + ".tmp")
+            with self.fs.open_output_stream(tmp) as f, pa.ipc.new_file(f, table.schema) as writer:
                 writer.write_table(table)
+            self.fs.move(tmp, self._path(batch, names[name]))
         with self.fs.open_output_stream(self._path(batch, "tables.pkl")) as f:
             f.write(pickle.dumps(table_maps))
         return names
 
     def read_history(self, pb: PendingBatch, name: str) -> pa.Table:
-        with self.fs.open_input_file(self._path(pb.batch, pb.tables[name]["file"])) as f:
+        path = self._path(pb.batch, pb.tables[name]["file"])
+        if isinstance(self.fs, pafs.LocalFileSystem):  # memory-mapped: no copy of the batch's rows
+            with pa.memory_map(path) as source:
+                return pa.ipc.open_file(source).read_all()
+        with self.fs.open_input_file(path) as f:
             return pa.ipc.open_file(f).read_all()
 
     def read_table_maps(self, pb: PendingBatch) -> dict[str, Any]:

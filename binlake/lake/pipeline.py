@@ -152,6 +152,7 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
                          "complete": last.reached_file_end and last.end == st.size, "batch_id": batch,
                          "attempts": st.attempts, "last_error": None, "previous_status": st.status,
                          "previous_complete": st.complete})
+    t0 = time.perf_counter()
     names = store.write_data(batch, histories, table_maps)
     for name, history in histories.items():
         tm = table_maps[name][1]
@@ -161,7 +162,8 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
                            "newest_commit_ts": newest.isoformat() if newest else None}
     pb.seconds = seconds
     store.save(pb)  # from here on, the batch is resumed rather than decoded again
-    _append_history(engine, layout, store, pb, progress)
+    pb.seconds["persist batch"] = time.perf_counter() - t0
+    _append_history(engine, layout, store, pb, progress, histories)
     return batch
 
 
@@ -190,10 +192,10 @@ def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, pa
 
 
 def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch,
-                    progress: Progress) -> None:
+                    progress: Progress, histories: dict[str, pa.Table] | None = None) -> None:
     t0 = time.perf_counter()
     for name, info in sorted(pb.tables.items()):
-        history = store.read_history(pb, name)
+        history = histories[name] if histories is not None else store.read_history(pb, name)
         # Versions of per-table app ids are batch * 1000 + step everywhere (bootstrap writes several per batch).
         appended = engine.append(layout.history_path(info["database"], info["table"]), history,
                                  layout.app_id("history", info["database"], info["table"]), pb.batch * 1000,
