@@ -78,8 +78,15 @@ def _times_for(k3: bytes) -> list[str]:
     top = k3[2] & 1
     table = _TIME_LISTS[top]
     if table is None:
-        hms = [top << 16 | (k & 0xFF) << 8 | k >> 8 for k in range(0x10000)]
-        table = _TIME_LISTS[top] = ["%02d:%02d:%02d" % (t >> 12, (t >> 6) & 63, t & 63) for t in hms]
+        # Key = b3 | b4 << 8: hour = top << 4 | b3 >> 4, minute = (b3 & 15) << 2 | b4 >> 6, second = b4 & 63.
+        hour_minute = ["%02d:%02d:" % (h, m) for h in range(32) for m in range(64)]
+        by_minute_low = [[hour_minute[(top << 4 | b3 >> 4) * 64 + ((b3 & 15) << 2 | low)] for b3 in range(256)]
+                         for low in range(4)]
+        table = []
+        for b4 in range(256):
+            second = "%02d" % (b4 & 63)
+            table += [prefix + second for prefix in by_minute_low[b4 >> 6]]
+        _TIME_LISTS[top] = table
     return table
 
 
