@@ -143,7 +143,7 @@ def _event_checks(pb, config: QualityConfig) -> list[ExpectationResult]:
         Check("event_types_handled", "no LOAD DATA or INCIDENT events (changes that cannot become rows)",
               e.ExpectColumnValuesToNotBeInSet(column="event_type", value_set=UNHANDLED_EVENTS)),
         Check("event_types_handled", "no unknown (ignorable-flagged) event types",
-              e.ExpectColumnValuesToNotMatchRegex(column="event_type", regex=r"^(inner:)?type\d+$")),
+              e.ExpectColumnValuesToNotMatchRegex(column="event_type", regex=r"^(?:inner:)?type\d+$")),
     ], BEFORE, BATCH_TABLE, config.sample_size)
 
 
