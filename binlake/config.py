@@ -78,7 +78,7 @@ class AlertConfig:
     email_to: list[str] = field(default_factory=list)
     email_from: str | None = None
     smtp_conn_id: str = "smtp_default"
-    sla_lag_minutes: int | None = 180  # alert when an instance's lake lags its interval end by more (None: off)
+    sla_lag_minutes: int | None = 180  # alert when an instance's lake lags its interval end by more (0/None: off)
     timeout_seconds: int = 10
 
 
@@ -93,6 +93,7 @@ class DeploymentConfig:
     pipeline: str = "default"
     start_date: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     split_mb: int = 64
+    lookback_hours: int = 6  # hourly runs also fetch files of the hours before (late backup uploads)
     pool: str | None = None  # Airflow pool (one slot) serializing lake writes across DAGs
     retries: int = 2
     retry_delay_minutes: int = 5
@@ -250,6 +251,9 @@ def parse_config(raw: Any, where: str = "<config>") -> DeploymentConfig:
         raise r.fail("pipeline", f"must be letters, digits, '_' or '-', not {pipeline!r}")
     start_date = _parse_time(r, "start_date", datetime(2026, 1, 1, tzinfo=UTC))
     split_mb = r.positive("split_mb", 64)
+    lookback = r.get("lookback_hours", int, 6)
+    if lookback < 0:
+        raise r.fail("lookback_hours", f"must be 0 or more, not {lookback}")
     pool = r.text("pool")
     retries = r.get("retries", int, 2)
     if retries < 0:
@@ -282,8 +286,10 @@ def parse_config(raw: Any, where: str = "<config>") -> DeploymentConfig:
     alerts = AlertConfig(webhook_url=a.text("webhook_url"), webhook_conn_id=a.text("webhook_conn_id"),
                          email_to=a.strings("email_to"), email_from=a.text("email_from"),
                          smtp_conn_id=a.text("smtp_conn_id", "smtp_default"),
-                         sla_lag_minutes=a.positive("sla_lag_minutes", 180),
+                         sla_lag_minutes=a.get("sla_lag_minutes", int, 180) or None,
                          timeout_seconds=a.positive("timeout_seconds", 10))
+    if alerts.sla_lag_minutes is not None and alerts.sla_lag_minutes < 0:
+        raise a.fail("sla_lag_minutes", f"must be 0 (off) or a positive number of minutes, not {alerts.sla_lag_minutes}")
     if alerts.webhook_url and not alerts.webhook_url.startswith(("http://", "https://")):
         raise a.fail("webhook_url", f"must be an http:// or https:// URL, not {alerts.webhook_url!r}")
     a.done()
@@ -299,6 +305,7 @@ def parse_config(raw: Any, where: str = "<config>") -> DeploymentConfig:
         seen.add(inst.name)
     r.done()
     return DeploymentConfig(path=where, lake=lake, landing=landing, instances=instances, schemas=schemas,
-                            engine=engine, pipeline=pipeline, start_date=start_date, split_mb=split_mb, pool=pool,
+                            engine=engine, pipeline=pipeline, start_date=start_date, split_mb=split_mb,
+                            lookback_hours=lookback, pool=pool,
                             retries=retries, retry_delay_minutes=retry_delay, spark=spark, quality=quality,
                             alerts=alerts)

@@ -8,8 +8,9 @@ Every step is idempotent: a retried task redoes only what did not finish.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,28 @@ def snapshot_instance(cfg: DeploymentConfig, instance: str, mysql_uri: str) -> d
     if stored:
         out["changes"] = changed_tables(SnapshotStore.at(cfg.schemas, store_name), snap)
     return out
+
+
+def _freshness_path(cfg: DeploymentConfig, instance: str) -> Path:
+    return Path(cfg.landing) / "_jobs" / f"{instance}.newest-change.json"
+
+
+def record_newest_change(cfg: DeploymentConfig, instance: str, when: datetime) -> datetime:
+    """Remember the newest change published for the instance (only ever moves forward); returns the newest."""
+    previous = newest_change(cfg, instance)
+    newest = max(when, previous) if previous else when
+    path = _freshness_path(cfg, instance)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"instance": instance, "newest_change": newest.isoformat()}))
+    os.replace(tmp, path)
+    return newest
+
+
+def newest_change(cfg: DeploymentConfig, instance: str) -> datetime | None:
+    """The newest change published for the instance so far (None before the first publish)."""
+    path = _freshness_path(cfg, instance)
+    if not path.exists():
+        return None
+    when = datetime.fromisoformat(json.loads(path.read_text())["newest_change"])
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

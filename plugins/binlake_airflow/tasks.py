@@ -32,11 +32,13 @@ def _parse_time(value: Any, what: str) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _window(window: dict | None) -> tuple[datetime, datetime]:
+def _window(cfg: DeploymentConfig, window: dict | None) -> tuple[datetime, datetime]:
+    """A backfill chunk as given; else the run's data interval, its start moved back by `lookback_hours` (backup
+    files can be uploaded hours after the interval they cover; landed files are not fetched again)."""
     if window:
         return _parse_time(window["start"], "window start"), _parse_time(window["end"], "window end")
     ctx = get_current_context()
-    return ctx["data_interval_start"], ctx["data_interval_end"]
+    return ctx["data_interval_start"] - timedelta(hours=cfg.lookback_hours), ctx["data_interval_end"]
 
 
 def _instance(instance: str | None) -> str:
@@ -76,7 +78,7 @@ def discover(config: str, instance: str | None = None, window: dict | None = Non
     from binlake.orchestration.service import discover as discover_files
 
     cfg, name = load_config(config), _instance(instance)
-    start, end = _window(window)
+    start, end = _window(cfg, window)
     files = discover_files(cfg, name, start, end, _credentials(cfg, name))
     log.info("%s: %d file(s) in [%s, %s): %s", name, len(files), start, end, [f["name"] for f in files])
     return files
@@ -88,7 +90,7 @@ def fetch(config: str, instance: str | None = None, window: dict | None = None) 
     from binlake.orchestration.jobs import run_stage_process
 
     cfg, name = load_config(config), _instance(instance)
-    start, end = _window(window)
+    start, end = _window(cfg, window)
     landed = run_stage_process(cfg, "fetch", name, window=(start, end), credentials=_credentials(cfg, name),
                                log=log.info)
     log.info("%s: lineage %s, landed %d file(s): %s", name, landed["lineage"], len(landed["files"]), landed["files"])
@@ -158,30 +160,36 @@ def table_asset(cfg: DeploymentConfig, table: str) -> Asset:
 @task(outlets=[AssetAlias(ASSET_ALIAS)])
 def publish(config: str, state: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
     """Advance the control table; one Asset event per table that changed; alert when the lag beats the SLA."""
+    from binlake.orchestration.service import record_newest_change
+
     state = _stage(config, state, "publish")
-    summary = state.get("publish")
-    if not summary:
-        return state
     cfg = load_config(config)
-    for table in summary["changed_tables"]:
-        outlet_events[AssetAlias(ASSET_ALIAS)].add(
-            table_asset(cfg, table), extra={"instance": state["instance"], "batch": summary["batch"],
-                                            "rows": summary["rows"].get(table, {})})
-    log.info("%s: published batch %s: %s", state["instance"], summary["batch"], summary["rows"])
-    check_lag(cfg, state["instance"], summary)
+    summary = state.get("publish")
+    if summary:
+        for table in summary["changed_tables"]:
+            outlet_events[AssetAlias(ASSET_ALIAS)].add(
+                table_asset(cfg, table), extra={"instance": state["instance"], "batch": summary["batch"],
+                                                "rows": summary["rows"].get(table, {})})
+        log.info("%s: published batch %s: %s", state["instance"], summary["batch"], summary["rows"])
+        if summary.get("lag_seconds") is not None:
+            newest = datetime.fromtimestamp(summary["published_at"] - summary["lag_seconds"], UTC)
+            record_newest_change(cfg, state["instance"], newest)
+    state["lag_seconds"] = check_lag(cfg, state["instance"])
     return state
 
 
-def check_lag(cfg: DeploymentConfig, instance: str, summary: dict[str, Any]) -> float | None:
-    """Lag = the run's interval end minus the newest change ingested; beyond `alerts.sla_lag_minutes` it alerts."""
+def check_lag(cfg: DeploymentConfig, instance: str) -> float | None:
+    """Lag = the run's interval end minus the newest change published so far (whether or not this run found
+    anything: a stalled source shows); beyond `alerts.sla_lag_minutes` it alerts."""
     from binlake.orchestration.alerts import lag_alert
+    from binlake.orchestration.service import newest_change
 
     from .notifiers import deliver, interval_of, task_context
 
-    if summary.get("lag_seconds") is None or cfg.alerts.sla_lag_minutes is None:
+    newest = newest_change(cfg, instance)
+    if newest is None or cfg.alerts.sla_lag_minutes is None:
         return None
     ctx = get_current_context()
-    newest = datetime.fromtimestamp(summary["published_at"] - summary["lag_seconds"], UTC)
     interval = interval_of(ctx)
     end = _parse_time(interval[1], "interval end") if interval[1] else datetime.now(UTC)
     lag = (end - newest).total_seconds()

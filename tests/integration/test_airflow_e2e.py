@@ -275,7 +275,7 @@ def normalize(rows: dict) -> dict:
 
 def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     server, rds, base = scenario["server"], scenario["rds"], scenario["base"]
-    hours = [base + timedelta(hours=h) for h in range(5)]
+    hours = [base + timedelta(hours=h) for h in range(7)]
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
         cur.execute(f"CREATE DATABASE {DB}")
@@ -348,11 +348,22 @@ def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     for table in ("orders", "customers"):
         assert normalize(lake_rows(lake, table)) == normalize(server_rows(server, table)), table
 
-    # hour 4 brings an amount the expectations forbid: the gate fails, nothing merges, the webhook hears of it
+    # an hour with no new files: nothing to ingest, but the lake is now two hours behind: a lag alert all the same
+    quiet = run_dag(scenario, "binlake_ingest", "lag", logical_date=hours[5])
+    assert quiet["state"] == "success", quiet["log"]
+    (state,) = quiet["xcoms"].values()
+    assert state["batch"] is None and quiet["events"] == []
+    (lag,) = scenario["webhook"].received
+    assert lag["event"] == "binlake.lag_beyond_sla" and lag["interval"] == [hours[4].isoformat(), hours[5].isoformat()]
+    assert 110 * 60 < lag["details"]["lag_seconds"] < 130 * 60
+    scenario["webhook"].received.clear()
+
+    # hour 4's file arrives late, with an amount the expectations forbid; the next hourly run picks it up through
+    # its look-back window: the gate fails, nothing merges, the webhook and the mailbox hear of it
     expected = normalize(server_rows(server, "orders"))
     write_at(server, hours[4], ["INSERT INTO orders (id, customer, amount, note) VALUES (300, 1, -5.00, 'bad')"])
     hour_files(server, rds, hours[4])
-    failed = run_dag(scenario, "binlake_ingest", "dq", logical_date=hours[4] + timedelta(hours=1))
+    failed = run_dag(scenario, "binlake_ingest", "dq", logical_date=hours[6])
     assert failed["state"] == "failed", failed["log"]
     assert failed["tasks"][f"{NAME}.gate_before_merge"] == "failed"
     assert failed["tasks"][f"{NAME}.merge"] == "upstream_failed"
@@ -361,7 +372,7 @@ def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     assert [a["event"] for a in alerts] == ["binlake.dq_gate_failed"], alerts
     alert = alerts[0]
     assert alert["instance"] == NAME and alert["table"] == f"{DB}.orders"
-    assert alert["interval"] == [hours[4].isoformat(), (hours[4] + timedelta(hours=1)).isoformat()]
+    assert alert["interval"] == [hours[5].isoformat(), hours[6].isoformat()]
     assert "amount" in alert["reason"] and alert["task_id"] == f"{NAME}.gate_before_merge"
     (mail,) = scenario["smtp"].messages  # the same alert by email, through Airflow's SMTP notifier
     msg = email.message_from_string(mail)

@@ -42,6 +42,8 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         ("delta-rs", "local", "local[*]", 2, None)
     assert cfg.quality.enabled and cfg.quality.freshness_lag_minutes is None
     assert cfg.landing_dir("a", "h1") == str(tmp_path / "landing" / "a" / "h1")
+    assert cfg.lookback_hours == 6 and cfg.alerts.sla_lag_minutes == 180
+    assert load_config(write(tmp_path, MINIMAL + "[alerts]\nsla_lag_minutes = 0\n")).alerts.sla_lag_minutes is None
 
 
 def test_yaml_config(tmp_path: Path) -> None:
@@ -59,7 +61,8 @@ def test_yaml_config(tmp_path: Path) -> None:
     (MINIMAL + '[spark]\nmode = "yarn"\n', "`spark.mode` must be one of local, submit, in-process"),
     (MINIMAL + "[spark]\nconf = { a = [1] }\n", "`spark.conf.a` must be a string, number or boolean"),
     (MINIMAL + '[alerts]\nwebhook_url = "ftp://x"\n', "`alerts.webhook_url` must be an http:// or https:// URL"),
-    (MINIMAL + "[alerts]\nsla_lag_minutes = 0\n", "`alerts.sla_lag_minutes` must be a positive integer"),
+    (MINIMAL + "[alerts]\nsla_lag_minutes = -5\n", "`alerts.sla_lag_minutes` must be 0 (off) or a positive"),
+    (top("lookback_hours = -1"), "`lookback_hours` must be 0 or more"),
     (MINIMAL + "[quality]\nfreshness = 3\n", "`quality.freshness` is not a known key"),
     (MINIMAL.replace('"local:binlogs"', '"ftp://x"'), "`instances[0].source` must start with one of"),
     (MINIMAL.replace('name = "a"', 'name = "a b"'), "`instances[0].name` must be letters"),
