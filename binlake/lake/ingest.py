@@ -67,6 +67,7 @@ class RunSummary:
     seconds: dict = field(default_factory=dict)
     lag_seconds: float | None = None
     committed: dict = field(default_factory=dict)  # table -> {"history": bool, "current": n merges}
+    gates: dict = field(default_factory=dict)  # "before"/"after" -> {"runs": n, "passed": bool}; "released": bool
 
     def text(self) -> str:
         if self.batch is None:
@@ -82,6 +83,10 @@ class RunSummary:
             lines.append(f"  statement-based DML events seen (not replayable as rows): {self.statements}")
         if self.conversions:
             lines.append(f"  values not representable as-is: {json.dumps(self.conversions)}")
+        if self.gates:
+            ran = [f"{stage} merge passed" for stage in ("before", "after") if self.gates.get(stage, {}).get("passed")]
+            lines.append("  quality gates: " + (", ".join(ran) or "not run")
+                         + (" (released from quarantine)" if self.gates.get("released") else ""))
         if self.lag_seconds is not None:
             lines.append(f"  lag: newest commit is {self.lag_seconds:.0f} s old")
         lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items()))

@@ -402,6 +402,9 @@ def summary_of(pb: PendingBatch) -> RunSummary:
     summary.conversions = dict(pb.conversions)
     summary.seconds = dict(pb.seconds)
     summary.committed = {k: dict(v) for k, v in pb.committed.items()}
+    summary.gates = {k: dict(v) for k, v in pb.gates.items() if k in ("before", "after")}
+    if pb.quarantine:
+        summary.gates["released"] = True
     newest = [datetime.fromisoformat(t["newest_commit_ts"]) for t in pb.tables.values() if t.get("newest_commit_ts")]
     if newest:
         summary.lag_seconds = max(0.0, time.time() - max(newest).timestamp())

@@ -235,6 +235,7 @@ def test_user_expectation_failure_quarantines_and_release_merges_once(server, tm
         {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 10000}}]}}))
     summary = release_batch(opts, 1)
     assert summary.batch == 1
+    assert "quality gates: before merge passed, after merge passed (released from quarantine)" in summary.text()
     assert without_meta(current(lake, "orders")) == server_rows(server, "orders")
     assert history_ops(lake, "orders") == history_during  # merged once, history not appended again
     states = control_rows(lake)
