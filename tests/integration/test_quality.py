@@ -608,3 +608,13 @@ def test_gates_in_a_helper_process_match_in_process_and_fall_back_when_it_dies(s
     worker.process.join()
     report, left = pipeline._run_gate(worker, "before", opts, batch, get_engine())
     assert report.success and left is None
+
+
+def test_gates_switched_off_merge_without_results(server, tmp_path) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE nogate (id INT PRIMARY KEY, v INT)", "INSERT INTO nogate VALUES (1, 1), (2, 2)"])
+    lake = tmp_path / "lake"
+    summary = run_ingest(options(lake, new_files(server, first), "nogate", enabled=False))
+    assert summary.batch == 0 and not summary.gates and "gate before merge" not in summary.seconds
+    assert without_meta(current(lake, "nogate")) == server_rows(server, "nogate")
+    assert read_validations(get_engine(), str(lake)).num_rows == 0
