@@ -501,8 +501,12 @@ class EventPlan:
         add_fmt("".join(parts))
         return off + lay.size + total
 
-    def images(self, flat: tuple, start: int, step: int) -> list[list]:
-        """Rows (value lists in table column order) of images start, start+step, ... of the event."""
+    def images(self, flat: tuple, start: int, step: int, reuse: dict | None = None) -> list[list]:
+        """Rows (value lists in table column order) of images start, start+step, ... of the event.
+
+        `reuse` (updates): a dict shared by the before and the after images. The before images record each
+        NULL-free converted column's raw fields and values in it; an after-image column with the same raw fields
+        (a column the update did not change) takes the same values instead of converting them again."""
         nf = self.nfields
         stride = nf * step
         i = start * nf
@@ -540,7 +544,16 @@ class EventPlan:
                     fields = [flat[i + j::stride] for j in range(k)]
                     out[c.index] = [None if m & bit else one(*v) for m, *v in zip(nulls, *fields, strict=True)]
             else:
-                out[c.index] = c.vec([flat[i + j::stride] for j in range(k)])
+                fields = [flat[i + j::stride] for j in range(k)]
+                if reuse is None or c.vec is _first:
+                    out[c.index] = c.vec(fields)
+                else:
+                    seen = reuse.get(c.index)
+                    if seen is not None and seen[0] == fields:
+                        out[c.index] = seen[1]
+                    else:
+                        out[c.index] = vals = c.vec(fields)
+                        reuse[c.index] = (fields, vals)
             i += k
         if self.absent:
             from .rows import ABSENT
@@ -556,7 +569,9 @@ def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> list[tu
     if kind == RowsKind.UPDATE:
         if len(flat) // plan.nfields % 2:
             raise BodyError("the last updated row has no after image")
-        return list(zip(plan.images(flat, 0, 2), plan.images(flat, 1, 2), strict=True))
+        reuse: dict = {}
+        before = plan.images(flat, 0, 2, reuse)
+        return list(zip(before, plan.images(flat, 1, 2, reuse), strict=True))
     rows = plan.images(flat, 0, 1)
     if kind == RowsKind.WRITE:
         return list(zip(repeat(None), rows))
