@@ -274,7 +274,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from .lake.ingest import IngestOptions
     from .lake.pending import BatchStore
-    from .quality.quarantine import quarantined, quarantined_files, release_batch
+    from .quality.quarantine import discard_batch, quarantined, quarantined_files, release_batch
 
     if args.action == "list":
         for pb in quarantined(args.lake, args.pipeline):
@@ -294,6 +294,11 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         return 0
     opts = IngestOptions(lake=args.lake, files=[], engine=args.engine, pipeline=args.pipeline,
                          quality=quality_config(args))
+    if args.action == "discard":
+        restored = discard_batch(opts, args.batch)
+        print(f"batch {args.batch} discarded (history restored: {', '.join(restored) or 'none'}); the next ingest "
+              "decodes its range again")
+        return 0
     summary = release_batch(opts, args.batch, run=not args.no_run,
                             progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
     print(summary.text() if summary is not None else f"batch {args.batch} released; the next ingest runs it")
@@ -408,9 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sql")
     p.set_defaults(func=cmd_query)
 
-    p = sub.add_parser("quarantine", help="batches held back by a failed quality gate: list, show, release")
-    p.add_argument("action", choices=("list", "show", "release"))
-    p.add_argument("batch", type=int, nargs="?", help="batch number (show, release)")
+    p = sub.add_parser("quarantine", help="batches held back by a failed quality gate: list, show, release, "
+                       "discard")
+    p.add_argument("action", choices=("list", "show", "release", "discard"),
+                   help="release: run the batch again as decoded; discard: undo it, the next ingest decodes again")
+    p.add_argument("batch", type=int, nargs="?", help="batch number (show, release, discard)")
     p.add_argument("--lake", required=True)
     p.add_argument("--pipeline", default="default")
     p.add_argument("--engine", default=None)

@@ -7,7 +7,7 @@ its own process (an Airflow task) and be retried alone.
 
 The manifest is written last (and replaced atomically where the filesystem allows): a batch directory without
 one is an interrupted prepare and is redone. Published batches keep only their manifest (the record of what ran).
-States: prepared -> (quarantined -> released ->) published.
+States: prepared -> (quarantined -> released ->) published, or quarantined -> discarded (decoded again later).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import pyarrow.fs as pafs
 
 from .control import FileState
 
-STATES = ("prepared", "quarantined", "released", "published")
+STATES = ("prepared", "quarantined", "released", "published", "discarded")
+DONE = ("published", "discarded")
 
 
 def lake_fs(lake: str) -> tuple[pafs.FileSystem, str]:
@@ -80,7 +81,8 @@ class BatchStore:
         return self.fs.get_file_info(self._path(batch, "manifest.json")).type == pafs.FileType.File
 
     def unpublished(self) -> list[PendingBatch]:
-        return [m for b in self.batches() if self.exists(b) and (m := self.load(b)).state != "published"]
+        """Batches still in progress (neither published nor discarded)."""
+        return [m for b in self.batches() if self.exists(b) and (m := self.load(b)).state not in DONE]
 
     def all(self) -> list[PendingBatch]:
         return [self.load(b) for b in self.batches() if self.exists(b)]

@@ -85,8 +85,8 @@ def _setup(opts: IngestOptions, engine: DeltaEngine | None) -> tuple[DeltaEngine
 
 def _load(store: BatchStore, batch: int) -> PendingBatch:
     pb = store.load(batch)
-    if pb.state == "published":
-        raise StageOrderError(f"batch {batch} is already published")
+    if pb.state in ("published", "discarded"):
+        raise StageOrderError(f"batch {batch} is already {pb.state}")
     if pb.state == "quarantined":
         raise BatchQuarantined(batch, pb.quarantine)
     return pb

@@ -4,7 +4,9 @@ On failure the batch's files are marked `quarantined` in the control table with 
 their last error (their `end_pos`, the watermark, does not move), the pending batch records the failures, and an
 alert goes out per failing table. No new batch starts while one is quarantined (it would decode the same changes
 again). `release` marks the files `decoded` again and (by default) runs the batch's remaining stages at once:
-the gates run again, and a batch that now passes is merged and published exactly once.
+the gates run again, and a batch that now passes is merged and published exactly once. When the decoded batch
+itself is wrong (e.g. a stale schema snapshot named the columns), `discard` undoes its history append and drops
+it instead: the next run decodes the same range again, as a new batch, with the fixed inputs.
 """
 
 from __future__ import annotations
@@ -112,3 +114,53 @@ def release_batch(opts, batch: int, engine=None, run: bool = True, executor=None
 
     kwargs = {"executor": executor} if executor else {}
     return run_ingest(opts, engine=engine, progress=progress, **kwargs)
+
+
+class DiscardError(ValueError):
+    """The batch cannot be discarded (not quarantined, or later history commits; names the table and why)."""
+
+
+def discard_batch(opts, batch: int, engine=None) -> list[str]:
+    """Drop a quarantined batch: restore each history table to its version before the batch's append (only when
+    that append is still the table's newest commit), mark the batch discarded and its files back to their status
+    before it. The watermark never moved, so the next run decodes the same range again as a new batch. Returns
+    the history tables restored."""
+    from ..lake.engines import get_engine
+    from ..lake.layout import LakeLayout
+    from ..lake.pending import BatchStore
+
+    engine = engine or get_engine(opts.engine)
+    layout = LakeLayout(opts.lake, opts.pipeline)
+    store = BatchStore(opts.lake, opts.pipeline)
+    pb = store.load(batch)
+    if pb.state != "quarantined":
+        raise DiscardError(f"batch {batch} is not quarantined (state: {pb.state}); only a quarantined batch can be "
+                           "discarded")
+    plan = []
+    for name, info in sorted(pb.tables.items()):
+        path = layout.history_path(info["database"], info["table"])
+        if not engine.exists(path):
+            continue
+        app = layout.app_id("history", info["database"], info["table"])
+        entries = engine.history(path)  # newest first
+        mine = [h for h in entries if {"app_id": app, "version": batch * 1000} in h["txns"]]
+        if not mine:
+            continue  # the batch's append never landed
+        if mine[0]["version"] != entries[0]["version"]:
+            raise DiscardError(f"{name}: history commits after batch {batch}'s append (versions "
+                               f"{[h['version'] for h in entries if h['version'] > mine[0]['version']]}); "
+                               "discarding it would undo them too")
+        plan.append((name, path, mine[0]["version"] - 1))
+    for _name, path, version in plan:
+        engine.restore(path, version)
+    pb.control_events += 1
+    states = [FileState(f["instance"], f["lineage"], f["file"], f["file_seq"], f["size"], f["previous_status"],
+                        f["start_pos"], f["previous_complete"], pb.batch, f.get("attempts", 0),
+                        f"batch {batch} discarded after a failed {(pb.quarantine or {}).get('stage')} gate")
+              for f in pb.files]
+    ControlTable(engine, layout).record(states, pb.batch, event=pb.control_events)
+    pb.state = "discarded"
+    pb.quarantine = {**(pb.quarantine or {}), "discarded_at": datetime.now(UTC).isoformat()}
+    store.save(pb)
+    store.drop_data(pb)
+    return [name for name, _, _ in plan]

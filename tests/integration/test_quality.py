@@ -618,3 +618,39 @@ def test_gates_switched_off_merge_without_results(server, tmp_path) -> None:
     assert summary.batch == 0 and not summary.gates and "gate before merge" not in summary.seconds
     assert without_meta(current(lake, "nogate")) == server_rows(server, "nogate")
     assert read_validations(get_engine(), str(lake)).num_rows == 0
+
+
+def test_stale_snapshot_caught_by_a_user_expectation_then_discarded_and_decoded_again(server, tmp_path,
+                                                                                       webhook) -> None:
+    """MINIMAL row metadata and a stale snapshot that has two INT columns swapped: types cannot tell, the values
+    land in the wrong columns, a user expectation notices. Releasing would merge the wrong values, so the batch is
+    discarded, the snapshot fixed, and the next run decodes the same range again, once."""
+    write(server, ["CREATE TABLE sw (id INT PRIMARY KEY, small INT, big INT)"])
+    server.flush_logs()
+    first = server.binlog_files()[-1].name
+    write(server, [f"INSERT INTO sw VALUES ({i}, {i % 10}, {1000 + i})" for i in range(12)] +
+          ["UPDATE sw SET small = 0 WHERE id < 3", "DELETE FROM sw WHERE id = 11"])
+    files = new_files(server, first)
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / f"{DB}.sql").write_text("CREATE TABLE sw (id INT PRIMARY KEY, big INT, small INT);\n")  # stale
+    rules = tmp_path / "rules.yml"
+    rules.write_text(f"tables:\n  {DB}.sw:\n"
+                     "    - expect_column_values_to_be_between: {column: small, min_value: 0, max_value: 9}\n")
+    lake = tmp_path / "lake"
+    opts = options(lake, files, "sw", webhook, expectations=str(rules))
+    opts.schemas = str(schemas)
+    with pytest.raises(GateFailed, match="small"):
+        run_ingest(opts)
+    assert history_ops(lake, "sw") == {"insert": 12, "update": 2, "delete": 1}  # the (wrong) batch's history
+
+    assert main(["quarantine", "discard", "0", "--lake", str(lake)]) == 0
+    assert history_ops(lake, "sw") == {}  # its append undone
+    assert BatchStore(str(lake)).load(0).state == "discarded"
+    (schemas / f"{DB}.sql").write_text("CREATE TABLE sw (id INT PRIMARY KEY, small INT, big INT);\n")  # fixed
+    summary = run_ingest(opts)
+    assert summary.batch == 1
+    assert without_meta(current(lake, "sw")) == server_rows(server, "sw")
+    assert history_ops(lake, "sw") == {"insert": 12, "update": 2, "delete": 1}  # once
+    assert run_ingest(opts).batch is None
+    assert main(["quarantine", "discard", "1", "--lake", str(lake)]) == 2  # published: refused
