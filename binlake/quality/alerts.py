@@ -26,6 +26,7 @@ class Alert:
     failures: list[dict] = field(default_factory=list)  # expectation, column, details
     lake: str = ""
     pipeline: str = "default"
+    report: str | None = None  # the batch's HTML page of gate results
 
     @property
     def summary(self) -> str:

@@ -60,16 +60,33 @@ def quarantine_batch(engine, layout, store, pb, stage: str, failures: list[Expec
     pb.quarantine = {"stage": stage, "at": datetime.now(UTC).isoformat(),
                      "failures": [asdict(f) for f in failures], "alerts": {}}
     store.save(pb)
+    page = _write_batch_report(engine, store, pb, lake)
     outcomes = {}
     for table in sorted({f.table for f in failures}):
         alert = Alert(table, pb.batch, stage, [{"expectation": f.expectation, "gate": f.gate, "kwargs": f.kwargs,
                                                 "unexpected_count": f.unexpected_count, "observed": f.observed,
                                                 "sample": f.sample[:5], "error": f.error}
-                                               for f in failures if f.table == table], lake, pb.pipeline)
+                                               for f in failures if f.table == table], lake, pb.pipeline, page)
         outcomes[table] = send_alert(alerts, alert)
     pb.quarantine["alerts"] = outcomes
     store.save(pb)
     return outcomes
+
+
+def _write_batch_report(engine, store, pb, lake: str) -> str | None:
+    """The batch's gate results as an HTML page next to its manifest (`gates.html`); None if it cannot be written
+    (the quarantine itself must not fail on it)."""
+    from .report import render
+    from .validations import read_validations
+
+    path = f"{store.dir}/{pb.batch}/gates.html"
+    try:
+        page = render(read_validations(engine, lake), f"binlake quality gates: batch {pb.batch}", pb.batch)
+        with store.fs.open_output_stream(path) as f:
+            f.write(page.encode())
+    except Exception:
+        return None
+    return path
 
 
 def quarantined(lake: str, pipeline: str = "default") -> list:

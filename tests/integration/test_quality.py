@@ -131,6 +131,8 @@ def assert_quarantined(lake, batch: int, before: dict, gate: str, webhook, table
     expected_table = table if table.startswith("(") else f"{DB}.{table}"  # "(batch)": a batch-wide check
     assert posted and posted[-1]["table"] == expected_table and posted[-1]["event"] == "binlake.gate_failed"
     assert any(f["gate"] == gate for f in posted[-1]["failures"])
+    page = Path(posted[-1]["report"]).read_text()  # the batch's own HTML page, named in the alert
+    assert f"batch {batch}" in page and "FAILED" in page and gate in page
 
 
 def test_clean_batches_pass_in_spark_and_results_render(server, tmp_path, spark, webhook) -> None:
