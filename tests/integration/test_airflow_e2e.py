@@ -275,7 +275,7 @@ def normalize(rows: dict) -> dict:
 
 def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     server, rds, base = scenario["server"], scenario["rds"], scenario["base"]
-    hours = [base + timedelta(hours=h) for h in range(7)]
+    hours = [base + timedelta(hours=h) for h in range(8)]
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
         cur.execute(f"CREATE DATABASE {DB}")
@@ -374,6 +374,7 @@ def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     assert alert["instance"] == NAME and alert["table"] == f"{DB}.orders"
     assert alert["interval"] == [hours[5].isoformat(), hours[6].isoformat()]
     assert "amount" in alert["reason"] and alert["task_id"] == f"{NAME}.gate_before_merge"
+    dq_batch = alert["details"]["batch"]
     (mail,) = scenario["smtp"].messages  # the same alert by email, through Airflow's SMTP notifier
     msg = email.message_from_string(mail)
     subject = str(email.header.make_header(email.header.decode_header(msg["Subject"])))
@@ -391,3 +392,15 @@ def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     assert alert["event"] == "binlake.task_failed" and alert["instance"] == NAME and alert["table"] is None
     assert alert["interval"] == [hours[3].isoformat(), hours[1].isoformat()]
     assert "param `end`" in alert["reason"] and "must be after `start`" in alert["reason"]
+
+    # the operator accepts the batch (the expectation was wrong): release it, and the next hourly run merges it
+    release = subprocess.run([sys.executable, "-m", "binlake.cli", "quarantine", "release", str(dq_batch), "--lake",
+                              str(lake), "--no-run"], capture_output=True, text=True, timeout=300)
+    assert release.returncode == 0, release.stderr[-3000:]
+    alerts.clear()
+    resumed = run_dag(scenario, "binlake_ingest", "plain", logical_date=hours[7])
+    assert resumed["state"] == "success", resumed["log"]
+    (state,) = resumed["xcoms"].values()
+    assert state["batch"] == dq_batch and state["publish"]["changed_tables"] == [f"{DB}.orders"]
+    assert normalize(lake_rows(lake, "orders")) == normalize(server_rows(server, "orders"))
+    assert 300 in lake_rows(lake, "orders") and alerts == []
