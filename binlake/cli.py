@@ -183,8 +183,7 @@ def quality_config(args: argparse.Namespace):
     alerts = AlertConfig(webhook_url=getattr(args, "alert_webhook", None), email_to=getattr(args, "alert_email", []),
                          smtp_host=host or None, smtp_port=int(port or 25))
     return QualityConfig(enabled=not getattr(args, "no_gates", False), max_lag_seconds=getattr(args, "max_lag", None),
-                         expectations=getattr(args, "expectations", None), alerts=alerts,
-                         helper_process=not getattr(args, "spark", False))
+                         expectations=getattr(args, "expectations", None), alerts=alerts)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:

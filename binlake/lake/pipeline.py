@@ -415,56 +415,25 @@ def summary_of(pb: PendingBatch) -> RunSummary:
 
 def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
                progress: Progress = _quiet) -> RunSummary:
-    """prepare -> gate -> merge -> gate -> publish, in one process (the gates possibly in a helper process that
-    imported Great Expectations while this one decoded: see gate_worker.py)."""
+    """prepare -> gate -> merge -> gate -> publish, in one process."""
     started = time.perf_counter()
-    worker = None
     gates = opts.quality.enabled
-    imported = "great_expectations" in sys.modules
-    helper = opts.quality.helper_process
-    if gates and executor is not local_executor and not imported:
+    if gates and executor is not local_executor and "great_expectations" not in sys.modules:
         # Decoding runs elsewhere (Spark tasks): the idle driver imports the gates' library meanwhile.
         threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
-    elif gates and helper and executor is local_executor and engine is None:
-        from .gate_worker import GateWorker
-
-        worker = GateWorker.start()
     engine = engine or get_engine(opts.engine)
-    try:
-        batch = prepare_batch(opts, executor, engine, progress)
-        if batch is None:
-            if worker is not None:
-                worker.close(kill=True)
-                worker = None
-            return RunSummary(None)
-        if gates:
-            report, worker = _run_gate(worker, "before", opts, batch, engine)
-            progress(f"batch {batch}: before-merge gate passed ({len(report.results)} expectations, "
-                     f"{report.seconds:.2f} s)")
-        merge_batch(opts, batch, engine)
-        if gates:
-            report, worker = _run_gate(worker, "after", opts, batch, engine)
-            progress(f"batch {batch}: after-merge gate passed ({len(report.results)} expectations, "
-                     f"{report.seconds:.2f} s)")
-        summary = publish_batch(opts, batch, engine)
-        if worker is not None and worker.waited > 0.01:
-            summary.seconds["gate library import"] = worker.waited  # what the overlap did not hide
-    finally:
-        if worker is not None:
-            worker.close()
+    batch = prepare_batch(opts, executor, engine, progress)
+    if batch is None:
+        return RunSummary(None)
+    if gates:
+        report = gate_before_merge(opts, batch, engine)
+        progress(f"batch {batch}: before-merge gate passed ({len(report.results)} expectations, "
+                 f"{report.seconds:.2f} s)")
+    merge_batch(opts, batch, engine)
+    if gates:
+        report = gate_after_merge(opts, batch, engine)
+        progress(f"batch {batch}: after-merge gate passed ({len(report.results)} expectations, "
+                 f"{report.seconds:.2f} s)")
+    summary = publish_batch(opts, batch, engine)
     summary.seconds["total"] = time.perf_counter() - started
     return summary
-
-
-def _run_gate(worker, stage: str, opts: IngestOptions, batch: int, engine: DeltaEngine):
-    """One gate stage in the helper process when there is one (falling back to this process if it died)."""
-    if worker is not None:
-        from .gate_worker import WorkerDied
-
-        try:
-            return worker.call(stage, opts, batch), worker
-        except WorkerDied:
-            worker.close(kill=True)
-            worker = None
-    run = gate_before_merge if stage == "before" else gate_after_merge
-    return run(opts, batch, engine), worker

@@ -46,9 +46,6 @@ class QualityConfig:
     expectations: str | None = None
     alerts: AlertConfig = field(default_factory=AlertConfig)
     sample_size: int = 20  # failing values kept per expectation in results and alerts
-    # run_ingest with in-process decoding: run the gates in a helper process that imports GE while this one
-    # decodes (the CLI does: one ingest per process; a process running many ingests pays the import once anyway).
-    helper_process: bool = False
 
 
 @dataclass(frozen=True)

@@ -566,52 +566,6 @@ def test_each_before_merge_gate_fails_on_a_batch_crafted_to_break_it(server, tmp
                        "(batch)" if gates == {"event_types_handled"} else table)  # a batch-wide check
 
 
-def test_gates_in_a_helper_process_match_in_process_and_fall_back_when_it_dies(server, tmp_path, webhook) -> None:
-    """`helper_process=True` (what `binlake ingest` uses): the gate stages run in a spawned process that imported
-    GE while this one decoded; results, failures and quarantine are the same as in-process."""
-    from binlake.lake import pipeline
-    from binlake.lake.gate_worker import GateWorker
-
-    first = server.binlog_files()[-1].name
-    write(server, ["CREATE TABLE helper (id INT PRIMARY KEY, v INT)",
-                   *[f"INSERT INTO helper VALUES ({i}, {i})" for i in range(8)], "DELETE FROM helper WHERE id = 0"])
-    lake = tmp_path / "lake"
-    files = new_files(server, first)
-    opts = options(lake, files, "helper", webhook, helper_process=True)
-    summary = run_ingest(opts)
-    assert summary.batch == 0 and "gate before merge" in summary.seconds
-    assert without_meta(current(lake, "helper")) == server_rows(server, "helper")
-    results = read_validations(get_engine(), str(lake)).to_pylist()
-    assert {r["stage"] for r in results} == {"before merge", "after merge"} and all(r["success"] for r in results)
-
-    second = server.binlog_files()[-1].name
-    write(server, ["INSERT INTO helper VALUES (100, -5)"])
-    files = files + [f for f in new_files(server, second) if f not in files]
-    rules = tmp_path / "rules.yml"
-    rules.write_text(f"tables:\n  {DB}.helper:\n    - expect_column_values_to_be_between: {{column: v, min_value: 0}}\n")
-    opts = options(lake, files, "helper", webhook, helper_process=True, expectations=str(rules))
-    with pytest.raises(GateFailed) as failed:
-        run_ingest(opts)
-    assert (failed.value.table, failed.value.batch) == (f"{DB}.helper", 1)
-    assert "-5" in str(failed.value)
-    assert_quarantined(lake, 1, control_rows(lake), "user:expect_column_values_to_be_between", webhook, "helper")
-    rules.write_text(f"tables:\n  {DB}.helper:\n    - expect_column_values_to_be_between: {{column: v, min_value: -10}}\n")
-    assert release_batch(opts, 1).batch == 1
-    assert without_meta(current(lake, "helper")) == server_rows(server, "helper")
-
-    # A helper that died: the stage runs in this process instead.
-    third = server.binlog_files()[-1].name
-    write(server, ["UPDATE helper SET v = 1 WHERE id = 1"])
-    files = files + [f for f in new_files(server, third) if f not in files]
-    opts = options(lake, files, "helper", webhook, helper_process=True, expectations=str(rules))
-    batch = pipeline.prepare_batch(opts)
-    worker = GateWorker.start()
-    worker.process.kill()
-    worker.process.join()
-    report, left = pipeline._run_gate(worker, "before", opts, batch, get_engine())
-    assert report.success and left is None
-
-
 def test_gates_switched_off_merge_without_results(server, tmp_path) -> None:
     first = server.binlog_files()[-1].name
     write(server, ["CREATE TABLE nogate (id INT PRIMARY KEY, v INT)", "INSERT INTO nogate VALUES (1, 1), (2, 2)"])
