@@ -610,3 +610,15 @@ def test_stale_snapshot_caught_by_a_user_expectation_then_discarded_and_decoded_
     assert history_ops(lake, "sw") == {"insert": 12, "update": 2, "delete": 1}  # once
     assert run_ingest(opts).batch is None
     assert main(["quarantine", "discard", "1", "--lake", str(lake)]) == 2  # published: refused
+
+
+def test_a_batch_without_row_changes_passes_and_moves_the_watermark(server, tmp_path) -> None:
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE ddl_only (id INT PRIMARY KEY)", "ALTER TABLE ddl_only ADD COLUMN v INT"])
+    files = new_files(server, first)
+    lake = tmp_path / "lake"
+    summary = run_ingest(options(lake, files, "ddl_only"))
+    assert summary.batch == 0 and not summary.rows
+    states = control_rows(lake)
+    assert all(states[Path(f).name].end_pos == Path(f).stat().st_size for f in files)
+    assert run_ingest(options(lake, files, "ddl_only")).batch is None
