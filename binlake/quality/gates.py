@@ -15,7 +15,7 @@ and batch-wide: event_types_handled (no unknown, LOAD DATA or INCIDENT events).
 After merge, per table with a primary key:
   pk_unique              the primary key is unique in the current table
   count_reconciles       rows now = rows before + net inserts - net deletes of the batch (by the merge rule)
-  columns_match          columns and types equal the schema version in force at the batch end
+  columns_match          columns and types equal the schema version of the table's last change in the batch
   freshness              newest `_commit_ts` within `max_lag_seconds` of the batch end (when configured)
 """
 
@@ -316,7 +316,7 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
         frame = current.to_pandas()
         checks = [Check("pk_unique", "primary key unique in the current table", _unique(keys))]
         expected = pa.schema([*current_schema(last_tm), pa.field(SEQ, pa.int64())])
-        checks.append(Check("columns_match", "columns equal the schema version in force at the batch end",
+        checks.append(Check("columns_match", "columns equal the schema version of the table's last change in the batch",
                             e.ExpectTableColumnsToMatchSet(column_set=expected.names, exact_match=True)))
         results = validate(frame, checks[:1], AFTER, name, config.sample_size)
         results += validate(pd.DataFrame({c: [] for c in schema.names}), checks[1:], AFTER, name, config.sample_size)
