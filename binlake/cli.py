@@ -89,6 +89,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     bar, where = _file_progress(args, files, "decode", to_stdout=not args.output)
     try:
         n, decoder = decode_to(files, out, args.format, opts, progress=where)
+        if bar:
+            bar.finish()
     finally:
         if bar:
             bar.close()
@@ -111,6 +113,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     bar, where = _file_progress(args, files, "stats")
     try:
         report = compute_stats(files, _options_from(args, files), top=args.top, progress=where)
+        if bar:
+            bar.finish()
     finally:
         if bar:
             bar.close()

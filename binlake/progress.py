@@ -45,6 +45,7 @@ class ProgressBar:
         self._last_draw = self.started
         self._drawn = False  # a bar is on screen (TTY) or a line was printed (plain)
         self._closed = False
+        self._completed_at: float | None = None  # rate and time stop when the total is reached
 
     def __enter__(self) -> ProgressBar:
         return self
@@ -61,6 +62,8 @@ class ProgressBar:
         if total is not None:
             self.total = total
         now = self.clock()
+        if self.total and done >= self.total and self._completed_at is None:
+            self._completed_at = now
         if now - self._last_draw >= self.every:
             self._last_draw = now
             self._draw(now)
@@ -74,6 +77,12 @@ class ProgressBar:
             self._draw(self.clock())
         self.stream.flush()
 
+    def finish(self) -> None:
+        """The work completed: count it all done, then close."""
+        if self.total is not None:
+            self.update(self.total)
+        self.close()
+
     def close(self) -> None:
         """Final state: on a terminal the bar is completed with a newline; in plain mode a last line is printed
         only if earlier lines were (a run too short to report stays silent)."""
@@ -86,7 +95,7 @@ class ProgressBar:
     def text(self, now: float | None = None) -> str:
         """The progress as one line of text (without the bar)."""
         now = self.clock() if now is None else now
-        elapsed = max(now - self.started, 1e-9)
+        elapsed = max((self._completed_at or now) - self.started, 1e-9)
         rate = self.done / elapsed
         suffix = f" {self.unit}" if self.unit and self.unit != "bytes" else ""
         parts = [f"{self.label}:"]

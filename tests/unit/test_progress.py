@@ -80,3 +80,16 @@ def test_file_positions_accumulate_across_files(tmp_path) -> None:
     assert bar.done == 150
     where("other.000009", 7)  # not one of the files: ignored
     assert bar.done == 150
+
+
+def test_time_and_rate_stop_at_completion() -> None:
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("ingest decode", total=100, unit="bytes", stream=out, tty=False, every=0, clock=clock)
+    clock.now += 4
+    bar.update(100)
+    clock.now += 6  # merging and committing: the decode bar stays as it was
+    bar.note("[ingest] committed")
+    bar.finish()
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "[ingest] committed"
+    assert set(lines[:1] + lines[2:]) == {"ingest decode: 100 B / 100 B (100%) 25 B/s in 4s"}
