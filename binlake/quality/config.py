@@ -71,7 +71,8 @@ def load_expectations(path: str | None) -> dict[str, list[UserExpectation]]:
         else:
             doc = json.loads(text)
     except Exception as exc:
-        raise ExpectationsFileError(f"{p}: not valid {'YAML' if p.suffix in ('.yml', '.yaml') else 'JSON'}: {exc}") from None
+        kind = "YAML" if p.suffix in (".yml", ".yaml") else "JSON"
+        raise ExpectationsFileError(f"{p}: not valid {kind}: {exc}") from None
     tables = doc.get("tables") if isinstance(doc, dict) else None
     if not isinstance(tables, dict):
         raise ExpectationsFileError(f"{p}: expected a top-level 'tables:' mapping of db.table to a list")

@@ -316,8 +316,8 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
         frame = current.to_pandas()
         checks = [Check("pk_unique", "primary key unique in the current table", _unique(keys))]
         expected = pa.schema([*current_schema(last_tm), pa.field(SEQ, pa.int64())])
-        checks.append(Check("columns_match", "columns equal the schema version of the table's last change in the batch",
-                            e.ExpectTableColumnsToMatchSet(column_set=expected.names, exact_match=True)))
+        checks.append(Check("columns_match", "columns equal the schema version of the table's last change in "
+                            "the batch", e.ExpectTableColumnsToMatchSet(column_set=expected.names, exact_match=True)))
         results = validate(frame, checks[:1], AFTER, name, config.sample_size)
         results += validate(pd.DataFrame({c: [] for c in schema.names}), checks[1:], AFTER, name, config.sample_size)
         types = [(f.name, str(f.type), str(schema.field(f.name).type)) for f in expected if f.name in schema.names]
