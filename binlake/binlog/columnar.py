@@ -30,6 +30,8 @@ from .tablemap import Column, TableMap
 from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text
 
 CACHE_LIMIT = 65_536
+DECIMAL_INT_PARTS = 512  # integer parts cached per DECIMAL(p,s), each with its values (memory bound)
+DECIMAL_PREFILL_SCALE = 2  # up to this scale, all fractions of an integer part are made at once
 _unpack_from = struct.unpack_from
 
 
@@ -53,14 +55,29 @@ class RawCache(dict):
         return value
 
 
+class SteadyCache(RawCache):
+    """A RawCache that, when full, drops its newest entry instead of everything: values cycling through more
+    keys than it holds still find the older part of the cycle (used where a miss is expensive)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: Any) -> Any:
+        value = self.fn(key)
+        if len(self) >= self.limit:
+            self.popitem()
+        self[key] = value
+        return value
+
+
 # Caches shared by every table: the same DECIMAL(p,s) or fsp reads the same bytes the same way.
 _shared: dict[tuple, RawCache] = {}
 
 
-def _shared_cache(key: tuple, fn: Callable[[Any], Any], limit: int = CACHE_LIMIT) -> RawCache:
+def _shared_cache(key: tuple, fn: Callable[[Any], Any], limit: int = CACHE_LIMIT, kind: type = RawCache
+                  ) -> RawCache:
     cache = _shared.get(key)
     if cache is None:
-        cache = _shared[key] = RawCache(fn, limit)
+        cache = _shared[key] = kind(fn, limit)
     return cache
 
 
@@ -324,7 +341,15 @@ def _decimal_column(col: Column, bit: int) -> _Col:
 
     fracs = (frac_part(False), frac_part(True))
     add_exact = _DECIMAL_CONTEXT.add
-    prefill = len(frac_groups) == 1 and s <= 2
+    # Few possible fractions (cents): every one of them is added to an integer part at once (in C), which is
+    # cheaper than one miss at a time. Per sign: the fractions' raw bytes and their values.
+    all_fractions: tuple = ()
+    if len(frac_groups) == 1 and s <= DECIMAL_PREFILL_SCALE:
+        def table(negative: bool) -> tuple[list[bytes], list[Decimal]]:
+            keys = [(v ^ frac_mask if negative else v).to_bytes(size - int_bytes, "big") for v in range(10**s)]
+            return keys, [fracs[negative][k] for k in keys]
+
+        all_fractions = (table(False), table(True))
 
     def values_of(int_raw: bytes) -> RawCache:
         """fraction bytes -> the whole value, for one integer part (a second level: hits add nothing)."""
@@ -332,14 +357,12 @@ def _decimal_column(col: Column, bit: int) -> _Col:
         negative = not int_raw[0] & 0x80
         frac_values = fracs[negative]
         values = RawCache(lambda frac_raw: add_exact(int_value, frac_values[frac_raw]), 128)
-        if prefill:
-            # Few possible fractions (cents): all of them at once, cheaper than one miss at a time.
-            for v in range(10**s):
-                raw = (v ^ frac_mask if negative else v).to_bytes(size - int_bytes, "big")
-                values[raw] = add_exact(int_value, frac_values[raw])
+        if all_fractions:
+            keys, fraction_values = all_fractions[negative]
+            values.update(zip(keys, map(add_exact, repeat(int_value), fraction_values), strict=True))
         return values
 
-    by_int = _shared_cache(("decimal-int", p, s), values_of, 2048).__getitem__
+    by_int = _shared_cache(("decimal-int", p, s), values_of, DECIMAL_INT_PARTS, SteadyCache).__getitem__
 
     def vec(f):
         return list(map(getitem, map(by_int, f[0]), f[1]))
@@ -501,8 +524,8 @@ class EventPlan:
         add_fmt("".join(parts))
         return off + lay.size + total
 
-    def images(self, flat: tuple, start: int, step: int, reuse: dict | None = None) -> list[list]:
-        """Rows (value lists in table column order) of images start, start+step, ... of the event.
+    def images(self, flat: tuple, start: int, step: int, reuse: dict | None = None) -> list[tuple]:
+        """Rows (value tuples in table column order) of images start, start+step, ... of the event.
 
         `reuse` (updates): a dict shared by the before and the after images. The before images record each
         NULL-free converted column's raw fields and values in it; an after-image column with the same raw fields
@@ -560,7 +583,7 @@ class EventPlan:
 
             for a in self.absent:
                 out[a] = repeat(ABSENT, n)
-        return list(map(list, zip(*out, strict=False)))  # repeat() columns are endless
+        return list(zip(*out, strict=False))  # tuples; repeat() columns are endless
 
 
 def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> list[tuple]:

@@ -156,7 +156,7 @@ class _Txn:
 class RowBatch:
     """The rows of one rows event (same table, operation, position and time), decoded.
 
-    Values are decoded eagerly (`pairs`: (before, after) value lists); the RowChange objects are made only when
+    Values are decoded eagerly (`pairs`: (before, after) value sequences); the RowChange objects are made only when
     iterated, so per-event consumers (stats, the lake) do not pay for them."""
 
     __slots__ = ("_rows", "file", "gtid", "op", "pairs", "pos", "sub", "table", "ts", "txn_pos")

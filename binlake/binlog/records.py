@@ -15,7 +15,8 @@ OP_DELETE = "delete"
 class RowChange:
     """One row changed by a rows event.
 
-    `before`/`after` hold values in table column order (ABSENT for columns outside the row image); `pos` is
+    `before`/`after` are sequences (tuples; lists when a partial JSON update was applied) of values in table
+    column order (ABSENT for columns outside the row image); `pos` is
     the rows event's start, `txn_pos` the start of its transaction (the safe resume point), `sub` the offset of
     the inner event inside a TRANSACTION_PAYLOAD (0 outside one), `row` the row's index inside its event.
     """
