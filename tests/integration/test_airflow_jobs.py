@@ -157,6 +157,7 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
             fh.close()
 
 
+@pytest.mark.slow  # about 90 s: a Spark master, a worker, spark-submit and an executor JVM
 def test_chain_through_spark_submit(mariadb_full, tmp_path: Path, standalone_cluster: str) -> None:
     """fetch -> prepare (spark-submit to a standalone cluster: the driver must bind to an address the executors
     reach) -> gate -> merge -> gate -> publish, each a stage process. (The local-mode Spark job runs in
