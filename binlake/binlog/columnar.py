@@ -475,7 +475,11 @@ class EventPlan:
                     lines.append(f"            n = buf[off + {at}] | buf[off + {at + 1}] << 8")
                 else:
                     lines.append(f"            n = buf[off + {at}]")
-                lines += [f"            add_fmt(P{i}[n])", f"            off += {lay.size} + n"]
+                # A plain dict lookup (the interpreter specializes it); a length not seen yet is added once.
+                env[f"D{i}"] = {}
+                lines += ["            try:", f"                add_fmt(D{i}[n])", "            except KeyError:",
+                          f"                add_fmt(P{i}[n])", f"                if len(D{i}) < 4096:",
+                          f"                    D{i}[n] = P{i}[n]", f"            off += {lay.size} + n"]
             else:
                 env[f"L{i}"] = lay
                 lines.append(f"            off = walk_general(buf, off, L{i}, add_fmt)")
