@@ -229,3 +229,48 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     rows = rows.cast(pa.schema([table_schema.field(c) if c in table_schema.names else rows.schema.field(c)
                                 for c in rows.column_names]))
     return rows, key_names(target)
+
+
+def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | None, TableMap, pa.Table]],
+                   batch: int) -> int:
+    """Merge a table's net changes segment by segment (schema version, its TableMap, merge input).
+
+    A segment of the version the table mirrors is merged as is. One of another version is either newer than
+    everything the table holds (the source's schema moved on: the table is altered as the server did, then the
+    segment merged, and the registry records the new version) or older (a backfill: its rows are evolved forward
+    to the table's layout and merged; the table and the registry keep the newer version). `registry` is the
+    `_binlake/tables` registry (get(name) -> (version, TableDef); set(name, version, TableDef)). Returns the
+    number of merges. Every commit's app-transaction version is batch * 1000 + step, steps in plan order."""
+    step = 0
+    merges = 0
+    for version, tm, data in plan:
+        path = layout.current_path(tm.database, tm.table)
+        app = layout.app_id("current", tm.database, tm.table)
+        recorded, table_def = registry.get(name)
+        rows, keys, evolved = data, key_names(tm), False
+        if engine.exists(path) and recorded is not None and recorded != version:
+            current = engine.read(path).schema
+            # A table already in this segment's layout was altered by an earlier attempt of this batch (the
+            # registry advances only at the batch end): the alter path then replays as a no-op.
+            fresh = not _has_layout(current, tm)
+            backfill = backfill_input(data, tm, table_def, current, newest_seq(engine, path)) if fresh else None
+            if backfill is not None:
+                (rows, keys), evolved = backfill, True
+            else:
+                old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
+                changes = schema_changes(old_cols, table_def, tm, current, None)
+                if changes:
+                    engine.replace_schema(path, changes, app, batch * 1000 + step)
+                step += 1
+        engine.merge(path, rows, keys, app, batch * 1000 + step)
+        step += 1
+        merges += 1
+        if not evolved:
+            registry.set(name, version, tm.schema)
+    return merges
+
+
+def _has_layout(table_schema: pa.Schema, tm: TableMap) -> bool:
+    """Whether a current table's columns are those of `tm`'s version (names and types, in order)."""
+    have = [(f.name, f.type) for f in table_schema if f.name != SEQ]
+    return have == [(f.name, f.type) for f in current_schema(tm)]
