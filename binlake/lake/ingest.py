@@ -1,6 +1,6 @@
 """The ingest service: options, run summary and the pieces the stages share (file planning, decode tasks, the
-schema registry, segment-wise current merges). The stages themselves are in pipeline.py; `run_ingest` runs them
-all (used by `binlake ingest`, the Spark job and the demo; Airflow runs them one task each).
+schema registry). The stages themselves are in pipeline.py (the segment-wise current merges in current.py);
+`run_ingest` runs them all (used by `binlake ingest`, the Spark job and the demo; Airflow runs them one task each).
 
 Decoding is handed to an executor (in-process, or Spark tasks: one per file range); commits each carry an
 application transaction, and the control table advances last. Re-running a batch that was cut short at any point
@@ -21,7 +21,6 @@ from ..binlog.api import sequence_number
 from ..quality.config import QualityConfig
 from ..schema.model import TableDef
 from .control import FileState
-from .current import key_names, schema_changes
 from .decode_task import RangeResult, decode_range
 from .engines import DELETED, SEQ, DeltaEngine
 from .layout import LakeLayout
@@ -171,28 +170,3 @@ def _refuse_partial_images(table: str, conversions: dict) -> None:
             f"{table}: the binlog holds partial row images ({', '.join(partial)}); a current table needs "
             "binlog_row_image=FULL (and no partial JSON updates: binlog_row_value_options='') on the server. "
             "The history append of this batch is committed; the current table was not changed")
-
-
-def _merge_segments(engine: DeltaEngine, layout: LakeLayout, registry: _Registry, name: str,
-                    plan: list[tuple[str | None, object, pa.Table]], batch: int) -> int:
-    """Merge a table's net changes segment by segment (schema version, its TableMap, merge input), applying
-    the schema changes between them."""
-    step = 0
-    merges = 0
-    for version, tm, data in plan:
-        db, table = tm.database, tm.table
-        path = layout.current_path(db, table)
-        app = layout.app_id("current", db, table)
-        recorded, old_def = registry.get(name)
-        if engine.exists(path) and recorded is not None and recorded != version:
-            current = engine.read(path).schema
-            old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
-            changes = schema_changes(old_cols, old_def, tm, current, None)
-            if changes:
-                engine.replace_schema(path, changes, app, batch * 1000 + step)
-            step += 1
-        engine.merge(path, data, key_names(tm), app, batch * 1000 + step)
-        step += 1
-        merges += 1
-        registry.set(name, version, tm.schema)
-    return merges

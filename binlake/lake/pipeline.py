@@ -38,6 +38,7 @@ from ..quality.validations import record_report
 from ..schema.api import build_resolver
 from .control import ControlTable
 from .current import key_names, merge_input, segments
+from .current import merge_segments as _merge_segments
 from .decode_task import RangeResult, read_ipc
 from .engines import DELETED, SEQ, DeltaEngine, EngineError, get_engine, tombstone_path
 from .history import PARTITION_BY
@@ -45,7 +46,6 @@ from .ingest import (
     Executor,
     IngestOptions,
     RunSummary,
-    _merge_segments,
     _ordered,
     _refuse_partial_images,
     _Registry,

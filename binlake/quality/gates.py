@@ -15,7 +15,7 @@ and batch-wide: event_types_handled (no unknown, LOAD DATA or INCIDENT events).
 After merge, per table with a primary key:
   pk_unique              the primary key is unique in the current table
   count_reconciles       rows now = rows before + net inserts - net deletes of the batch (by the merge rule)
-  columns_match          columns and types equal the schema version of the table's last change in the batch
+  columns_match          columns and types equal the schema version the table mirrors (the registry's)
   freshness              newest `_commit_ts` within `max_lag_seconds` of the batch end (when configured)
 """
 
@@ -298,34 +298,48 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
 
     from ..lake.current import current_schema
     from ..lake.engines import SEQ
+    from ..lake.ingest import _Registry
 
     t0 = time.perf_counter()
     config: QualityConfig = opts.quality
     e = _gx()
     report = GateReport(pb.batch, AFTER)
     table_maps = store.read_table_maps(pb)
+    registry = _Registry(engine, layout)
     batch_end = datetime.fromisoformat(pb.prepared_at)
     for name, info in sorted(pb.tables.items()):
         if not info["has_pk"]:
             continue
-        _versions, last_tm = table_maps[name]
-        keys = _keys(last_tm)
+        versions, last_tm = table_maps[name]
+        # The schema version the table mirrors now (the registry): the batch's last one, or a newer one the table
+        # already had when the batch is a backfill of older changes evolved forward.
+        recorded, definition = registry.get(name)
+        mirror = versions.get(recorded) if recorded is not None else last_tm
+        if mirror is not None:
+            expected = pa.schema([*current_schema(mirror), pa.field(SEQ, pa.int64())])
+            keys, names, what = _keys(mirror), expected.names, f"version {recorded}"
+        else:  # only the definition is at hand: names and key, not Arrow types
+            expected = None
+            keys = list(definition.primary_key) if definition else _keys(last_tm)
+            names = [c.name for c in definition.columns] + ["_commit_ts", SEQ] if definition else []
+            what = f"version {recorded} (names)"
         path = layout.current_path(info["database"], info["table"])
         schema = _table_schema(engine, path)
         current = engine.read(path, [c for c in [*keys, "_commit_ts"] if c in schema.names])
         frame = current.to_pandas()
-        checks = [Check("pk_unique", "primary key unique in the current table", _unique(keys))]
-        expected = pa.schema([*current_schema(last_tm), pa.field(SEQ, pa.int64())])
-        checks.append(Check("columns_match", "columns equal the schema version of the table's last change in "
-                            "the batch", e.ExpectTableColumnsToMatchSet(column_set=expected.names, exact_match=True)))
-        results = validate(frame, checks[:1], AFTER, name, config.sample_size)
-        results += validate(pd.DataFrame({c: [] for c in schema.names}), checks[1:], AFTER, name, config.sample_size)
-        types = [(f.name, str(f.type), str(schema.field(f.name).type)) for f in expected if f.name in schema.names]
-        results += validate(pd.DataFrame(types, columns=["column", "expected_type", "actual_type"]),
-                            [Check("columns_match", "column types equal the schema version's",
-                                   e.ExpectColumnPairValuesToBeEqual(column_A="expected_type",
-                                                                     column_B="actual_type"))],
-                            AFTER, name, config.sample_size)
+        results = validate(frame, [Check("pk_unique", "primary key unique in the current table", _unique(keys))],
+                           AFTER, name, config.sample_size)
+        results += validate(pd.DataFrame({c: [] for c in schema.names}), [Check(
+            "columns_match", f"columns equal the schema version the table mirrors ({what})",
+            e.ExpectTableColumnsToMatchSet(column_set=names, exact_match=True))], AFTER, name, config.sample_size)
+        if expected is not None:
+            types = [(f.name, str(f.type), str(schema.field(f.name).type)) for f in expected
+                     if f.name in schema.names]
+            results += validate(pd.DataFrame(types, columns=["column", "expected_type", "actual_type"]),
+                                [Check("columns_match", "column types equal the schema version's",
+                                       e.ExpectColumnPairValuesToBeEqual(column_A="expected_type",
+                                                                         column_B="actual_type"))],
+                                AFTER, name, config.sample_size)
         pre = pb.premerge.get("tables", {}).get(name, {})
         if pre.get("inserts") is not None:
             want = pre["count"] + pre["inserts"] - pre["deletes"]
