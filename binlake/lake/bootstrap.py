@@ -305,5 +305,9 @@ def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: 
     state = FileState(instance, lineage, start.binlog_file, sequence_number(start.binlog_file), 0,
                       status="bootstrap", end_pos=start.binlog_pos, batch_id=batch)
     control.record([state], batch)
-    return {"batch": batch, "method": method, "chunks": len(results), "rows": sum(r.rows for r in results),
-            "resume_file": start.binlog_file, "resume_pos": start.binlog_pos}
+    summary = {"batch": batch, "method": method, "chunks": len(results), "rows": sum(r.rows for r in results),
+               "resume_file": start.binlog_file, "resume_pos": start.binlog_pos}
+    if method == "watermark" and not watermark_table:
+        summary["warning"] = ("no --watermark-table: a transaction written to the binlog but not yet committed "
+                              "when a chunk's low watermark was read could be missing from that chunk")
+    return summary

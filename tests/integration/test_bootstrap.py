@@ -86,6 +86,7 @@ def test_watermark_bootstrap_with_writes_running_then_ingest_equals_select(maria
         stop.set()
         thread.join()
     assert summary["method"] == "watermark"
+    assert ("warning" in summary) == (watermark_table is None)
     assert summary["chunks"] >= 4  # about 3000 rows / 400; the writer's deletes before planning lower the count
     for res in windows:  # each chunk's rows are ordered at its low watermark, observed before its high one
         assert res.chunk.method == "watermark"
