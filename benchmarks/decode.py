@@ -1,7 +1,8 @@
 """Decode speed: `binlake stats` (every value decoded) against `mariadb-binlog -vv` on the same binlog, same run.
 
 Builds (or reuses, under benchmarks/.data) a binlog of at least 500,000 row changes written by a private MariaDB,
-then times both tools on one core and prints rows/s, MB/s and the ratio. Usage:
+then times both tools on one core (best of --repeat runs, alternating) and prints rows/s, MB/s and the ratio of
+wall times, plus the ratio of CPU times (steadier when other work shares the machine). Usage:
 
     .venv/bin/python benchmarks/decode.py [--rows 500000] [--rebuild] [--json OUT]
 """
@@ -86,16 +87,25 @@ def cached_binlog(rows: int, rebuild: bool) -> list[Path]:
     return build_binlog(rows)
 
 
-def run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, str, int]:
-    """Run pinned to one core; returns (seconds, stdout, peak RSS KiB of the child)."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """Run pinned to one core; returns (wall seconds, CPU seconds of the child processes, stdout).
+
+    CPU seconds are what the tool itself used: on a machine shared with other work, wall time also counts the
+    time the pinned core spent running something else."""
     pinned = ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
+    cpu = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(pinned, capture_output=True, env=env, text=True)
     elapsed = time.perf_counter() - start
+    cpu = _children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return elapsed, done.stdout, peak
+    return elapsed, cpu, done.stdout
 
 
 def main() -> int:
@@ -114,14 +124,16 @@ def main() -> int:
         raise SystemExit("mariadb-binlog not found (apt-get install -y mariadb-client)")
     reference = ["sh", "-c", f"{mariadb_binlog} --base64-output=decode-rows -vv {' '.join(map(str, files))} > /dev/null"]
 
-    ours, theirs = [], []
+    ours, theirs, ours_cpu, theirs_cpu = [], [], [], []
     report = None
     for _ in range(args.repeat):
-        t, out, _ = run_timed(binlake, env=dict(os.environ, PYTHONPATH=str(HERE.parent)))
+        t, c, out = run_timed(binlake, env=dict(os.environ, PYTHONPATH=str(HERE.parent)))
         ours.append(t)
+        ours_cpu.append(c)
         report = json.loads(out)
-        t2, _, _ = run_timed(reference)
+        t2, c2, _ = run_timed(reference)
         theirs.append(t2)
+        theirs_cpu.append(c2)
     rows = report["rows"]
     best, ref = min(ours), min(theirs)
     figures = {
@@ -135,6 +147,10 @@ def main() -> int:
         "mariadb_binlog_rows_per_s": round(rows / ref),
         "mariadb_binlog_mb_per_s": round(size / ref / 1e6, 1),
         "ratio_binlake_over_mariadb_binlog": round(best / ref, 2),
+        "binlake_cpu_seconds": round(min(ours_cpu), 2),
+        "mariadb_binlog_cpu_seconds": round(min(theirs_cpu), 2),
+        "cpu_ratio_binlake_over_mariadb_binlog": round(min(ours_cpu) / min(theirs_cpu), 2),
+        "repeats": args.repeat,
         "cpu": os.cpu_count(),
         "pinned_to_one_core": bool(shutil.which("taskset")),
     }
