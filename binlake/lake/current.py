@@ -87,10 +87,11 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     seq = pc.add(pc.shift_left(seg.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
                  seg.column("_pos").cast(pa.int64()))
     op = seg.column("_op")
-    order = pa.array(range(n), pa.int64())
+    order = pa.array(np.arange(n, dtype=np.int64))
     main = pa.table({**{c: seg.column(c) for c in values}, SEQ: seq,
                      DELETED: pc.equal(op, "delete"), "_order": pc.add(pc.multiply(order, 2), 1)})
     parts = [main]
+    tomb_orders = np.empty(0, dtype=np.int64)
     before = seg.column("_before")
     if before.null_count < n:
         # Key-changing updates: a delete of the old key, ordered just before the upsert of the new one.
@@ -105,10 +106,14 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
             tomb[SEQ] = seq.filter(changed)
             tomb[DELETED] = pa.array([True] * old.num_rows)
             tomb["_order"] = pc.multiply(order.filter(changed), 2)
+            tomb_orders = tomb["_order"].to_numpy()
             parts.append(pa.table(tomb).cast(main.schema))
     events = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else main.combine_chunks()
     last = events.group_by(keys, use_threads=False).aggregate([("_order", "max")])
-    positions = pc.index_in(last.column("_order_max"), value_set=events.column("_order"))
+    # Row positions from the order numbers: upsert i (order 2i+1) is row i, the tombstones (even orders, in
+    # ascending order) follow the n upserts.
+    orders = last.column("_order_max").to_numpy()
+    positions = np.where(orders % 2 == 1, orders // 2, n + np.searchsorted(tomb_orders, orders))
     result = events.take(positions).drop_columns(["_order"])
     return result.select([*values, SEQ, DELETED]).cast(
         pa.schema([*[schema.field(c) for c in values], pa.field(SEQ, pa.int64()), pa.field(DELETED, pa.bool_())]))

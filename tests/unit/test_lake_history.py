@@ -125,3 +125,23 @@ def test_rows_of_the_wrong_width_are_refused() -> None:
     bad = RowBatch("f.000001", 10, 10, 0, 0, None, tm, "insert", [(None, [1, "a"]), (None, [2])])
     with pytest.raises(ValueError, match="do not all have the table map's 2 columns"):
         history_table([CommittedBatch(bad, 0, 1)], 0, ConversionStats())
+
+
+def test_merge_input_keeps_each_keys_last_change_with_key_changes() -> None:
+    from binlake.lake.current import merge_input
+
+    tm = _table()
+    batches = [
+        RowBatch("f.000001", 10, 10, 0, 0, None, tm, "insert", [(None, [1, "a"]), (None, [5, "e"])]),
+        RowBatch("f.000001", 20, 20, 0, 0, None, tm, "update", [([1, "a"], [2, "a"]), ([5, "e"], [5, "f"])]),
+        RowBatch("f.000001", 30, 30, 0, 0, None, tm, "update", [([2, "a"], [3, "b"])]),
+        RowBatch("f.000001", 40, 40, 0, 0, None, tm, "insert", [(None, [1, "again"])]),
+        RowBatch("f.000001", 50, 50, 0, 0, None, tm, "delete", [([5, "f"], None)]),
+    ]
+    history = history_table([CommittedBatch(b, 0, 1) for b in batches], 0, ConversionStats())
+    out = merge_input(history, tm).sort_by("id").to_pylist()
+    assert [(r["id"], r["v"], r["_deleted"], r["_seq"] & 0xFFFF) for r in out] == [
+        (1, "again", False, 40),  # its key-change tombstone (pos 20) lost to the later insert
+        (2, None, True, 30),  # moved on to 3: a tombstone
+        (3, "b", False, 30),
+        (5, "f", True, 50)]  # deletes carry the deleted row
