@@ -19,6 +19,9 @@ from .values import ValueError_, column_decoder, string_real_type
 
 U16 = struct.Struct("<H")
 COLUMNAR = True  # decode whole events column by column (columnar.py); False: row by row (rowcodegen.py)
+# Larger rows events (a raised binlog_row_event_max_size) go row by row: one struct format and one tuple of all
+# their fields would hold several copies of the event at once.
+COLUMNAR_MAX_BYTES = 4 << 20
 
 
 class _Absent:
@@ -380,8 +383,8 @@ def image_after_bytes(dec: RowImageDecoder, ev: RowsEvent) -> int:
     return dec.plan(ev.present_after, ev.version).bitmap_bytes
 
 
-def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple[list | None, list | None]]:
-    """All rows of one event as (before, after): inserts (None, after), deletes (before, None), updates both.
+def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple]:
+    """All rows of one event as (before, after) images: inserts (None, after), deletes (before, None), updates both.
 
     A list, not a generator: an event is bounded in size, and the tight loops are the decoder's hot path.
     """
@@ -391,7 +394,8 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple[list | None, 
     if ev.partial:
         return list(_iter_partial(ev, dec))
     kind = ev.kind
-    if ev.version and (kind != RowsKind.UPDATE or ev.present_after == ev.present) and COLUMNAR:
+    if (ev.version and (kind != RowsKind.UPDATE or ev.present_after == ev.present) and COLUMNAR
+            and end - off <= COLUMNAR_MAX_BYTES):
         plan = dec.event_plan(ev.present)
         if plan is not None:
             return decode_event(plan, buf, off, end, kind)
