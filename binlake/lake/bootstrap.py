@@ -277,6 +277,11 @@ def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: 
     engine = engine or get_engine()
     layout = LakeLayout(lake, pipeline)
     control = ControlTable(engine, layout)
+    from .pending import BatchStore
+
+    for pb in BatchStore(lake, pipeline).unpublished():  # its batch number is not in the control table yet
+        raise BootstrapError(f"batch {pb.batch} of pipeline {pipeline!r} is still {pb.state}: finish it (binlake "
+                             "ingest) or release/discard it (binlake quarantine) before bootstrapping")
     batch = control.last_batch() + 1
     method, mariadb = server_method(uri, method)
     if method == "watermark" and watermark_table:

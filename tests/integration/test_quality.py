@@ -625,3 +625,17 @@ def test_a_batch_without_row_changes_passes_and_moves_the_watermark(server, tmp_
     states = control_rows(lake)
     assert all(states[Path(f).name].end_pos == Path(f).stat().st_size for f in files)
     assert run_ingest(options(lake, files, "ddl_only")).batch is None
+
+
+def test_bootstrap_refuses_while_a_batch_is_unpublished(server, tmp_path) -> None:
+    """A bootstrap takes the next batch number from the control table; an unpublished batch has none there yet,
+    so the two would share app-transaction versions."""
+    from binlake.lake import pipeline
+    from binlake.lake.bootstrap import BootstrapError, run_bootstrap
+
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE boot_wait (id INT PRIMARY KEY)", "INSERT INTO boot_wait VALUES (1)"])
+    opts = options(tmp_path / "lake", new_files(server, first), "boot_wait")
+    batch = pipeline.prepare_batch(opts)
+    with pytest.raises(BootstrapError, match=f"batch {batch} of pipeline 'default' is still prepared"):
+        run_bootstrap(server.uri, [(DB, "boot_wait")], str(tmp_path / "lake"))
