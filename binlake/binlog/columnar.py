@@ -223,7 +223,9 @@ def plan_column(col: Column, bit: int) -> _Col:
             fracs = _frac_cache(fsp, signed=True).__getitem__
 
             def vec(f):
-                return list(map(add, map(add, map(dates, f[0]), map(getitem, map(tops, f[0]), f[1])), map(fracs, f[2])))
+                # One join per value: no intermediate 'date time' string.
+                times = map(getitem, map(tops, f[0]), f[1])
+                return list(map("".join, zip(map(dates, f[0]), times, map(fracs, f[2]), strict=True)))
 
             def one(a, b, c):
                 return dates(a) + tops(a)[b] + fracs(c)
