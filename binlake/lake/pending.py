@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -57,9 +58,14 @@ class PendingBatch:
         out = []
         for f in self.files:
             st = FileState(f["instance"], f["lineage"], f["file"], f["file_seq"], f["size"], f["status"],
-                           f["end_pos"], f["complete"], f["batch_id"], f.get("attempts", 0), f.get("last_error"))
+                           f["end_pos"], f["complete"], f["batch_id"], f.get("attempts", 0), f.get("last_error"),
+                           f.get("checksum"), _ts(f.get("first_ts")), _ts(f.get("last_ts")))
             out.append(st)
         return out
+
+
+def _ts(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
 
 
 class BatchStore:

@@ -151,7 +151,9 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
                          "size": st.size, "status": "merged", "start_pos": st.end_pos, "end_pos": last.end,
                          "complete": last.reached_file_end and last.end == st.size, "batch_id": batch,
                          "attempts": st.attempts, "last_error": None, "previous_status": st.status,
-                         "previous_complete": st.complete})
+                         "previous_complete": st.complete, "checksum": st.checksum,
+                         "first_ts": st.first_ts.isoformat() if st.first_ts else None,
+                         "last_ts": st.last_ts.isoformat() if st.last_ts else None})
     t0 = time.perf_counter()
     names = store.write_data(batch, histories, table_maps)
     for name, history in histories.items():

@@ -77,6 +77,10 @@ class PrivateMariaDB:
         return self.base_dir / "binlog"
 
     @property
+    def tmp_dir(self) -> Path:
+        return self.base_dir / "tmp"
+
+    @property
     def socket_path(self) -> Path:
         return self.base_dir / "mysqld.sock"
 
@@ -106,6 +110,7 @@ class PrivateMariaDB:
             f"--datadir={self.datadir}",
             f"--socket={self.socket_path}",
             f"--pid-file={self.base_dir / 'mysqld.pid'}",
+            f"--tmpdir={self.tmp_dir}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             "--skip-name-resolve",
@@ -153,9 +158,15 @@ class PrivateMariaDB:
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
         ]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ServerError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        cmd.append(f"--tmpdir={self.tmp_dir}")  # passed on to the bootstrap server: no shared /tmp names
+        for attempt in (1, 2):
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+            if attempt == 1:  # a bootstrap that fails under heavy load once is retried from an empty datadir
+                shutil.rmtree(self.datadir, ignore_errors=True)
+        raise ServerError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
 
     def connect(self, database: str | None = None, **kwargs) -> pymysql.connections.Connection:
         """A pymysql connection as root over TCP, autocommit on, session time zone UTC."""

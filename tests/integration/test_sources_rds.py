@@ -486,6 +486,13 @@ def test_cli_ingest_from_rds_equals_select(rds, mariadb_full, fresh_database, tm
     mine = {k[2]: s for k, s in states.items() if k[0] == INSTANCE}
     assert set(mine) >= {p.name for p in files} and all(s.lineage == "1001" for s in mine.values())
     assert all(mine[p.name].complete for p in files)
+    # What the source announced survives the ingest's own control-table records.
+    for i, p in enumerate(files):
+        st = mine[p.name]
+        assert st.checksum is not None and st.size == p.stat().st_size
+        if i > 0:  # the first one was served packed as a .tar: its announced checksum is the archive's
+            assert st.checksum == crc64_bytes(p.read_bytes())
+        assert st.first_ts is not None and st.last_ts is not None and st.first_ts <= st.last_ts
     side = json.loads((landing / INSTANCE / "1001" / f"{files[0].name}.source.json").read_text())
     assert side["packed"] is True
     downloads = len(rds.downloads)
