@@ -192,13 +192,7 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     DDL default, dropped ones go, renames keep values, retyped ones are converted (or the batch fails). The merge
     then keeps whichever change of each key is newer, so the table converges to the in-order result.
 
-    The call site (the merge of one segment, `_merge_segments`) uses it like this:
-
-        evolved = backfill_input(data, tm, recorded_def, engine.read(path).schema, newest_seq(engine, path))
-        if evolved is not None:
-            rows, keys = evolved
-            engine.merge(path, rows, keys, app, batch * 1000 + step); step += 1; merges += 1
-            continue  # the registry keeps the table's version
+    `merge_segments` below is the call site.
     """
     if data.num_rows == 0 or newest is None:
         return None

@@ -110,22 +110,17 @@ def test_newer_segments_are_left_to_the_alter_and_straddling_ones_refused(tmp_pa
         backfill_input(_segment(v2, 1, V2_ROWS), v2, None, layout, newest)
 
 
-def test_pipeline_backfill_across_an_alter_equals_select(mariadb_servers, tmp_path, monkeypatch) -> None:
+def test_pipeline_backfill_across_an_alter_equals_select(mariadb_servers, tmp_path) -> None:
     """End to end on a MINIMAL-metadata MariaDB: file 1 (old layout), file 2 (writes, ALTER, writes), file 3 (new
     layout) are ingested in the order 2, 3, 1 (file 1 arrives last, older than the table's layout) with a snapshot
-    taken before file 1. The current table must end equal to SELECT, in the new layout. The pipeline's merge is
-    routed through current.merge_segments (the call-site change proposed for binlake/lake/ingest.py)."""
+    taken before file 1. The current table must end equal to SELECT, in the new layout, with every gate on."""
     import random
     import re
 
-    import binlake.lake.pipeline as pipeline
-    from binlake.lake.current import merge_segments
     from binlake.lake.ingest import IngestOptions, run_ingest
     from binlake.lake.layout import LakeLayout
-    from binlake.quality.config import QualityConfig
     from binlake.schema.api import take_snapshot
 
-    monkeypatch.setattr(pipeline, "_merge_segments", merge_segments)
     server = mariadb_servers.get("MINIMAL")
     db = "bf_db"
     with server.connect() as conn, conn.cursor() as cur:
@@ -167,9 +162,8 @@ def test_pipeline_backfill_across_an_alter_equals_select(mariadb_servers, tmp_pa
     available: list[str] = []
     for f in (files[1], files[2], files[0]):
         available.append(f)
-        # Gates off: the after-merge gate expects the layout of the batch's last version (the old one here).
         opts = IngestOptions(lake=str(lake), files=sorted(available), databases={db}, schemas=str(store),
-                             tables=re.compile(r"\.acct$"), quality=QualityConfig(enabled=False))
+                             tables=re.compile(r"\.acct$"))
         assert run_ingest(opts).batch is not None
     with server.connect(db) as conn, conn.cursor() as cur:
         cur.execute("SELECT id, a, new_name, c FROM acct")
