@@ -4,7 +4,7 @@ Builds (or reuses, under benchmarks/.data) a binlog of at least 500,000 row chan
 then times both tools on one core (best of --repeat runs, alternating) and prints rows/s, MB/s and the ratio of
 wall times, plus the ratio of CPU times (steadier when other work shares the machine). Usage:
 
-    .venv/bin/python benchmarks/decode.py [--rows 500000] [--rebuild] [--json OUT]
+    .venv/bin/python benchmarks/decode.py [--rows 500000] [--rebuild] [--repeat 5] [--instructions] [--json OUT]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -108,12 +109,24 @@ def run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, st
     return elapsed, cpu, done.stdout
 
 
+def instructions(cmd: list[str], env: dict | None = None) -> int:
+    """Instructions the command executes, counted by valgrind (independent of what else runs on the machine)."""
+    done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                           "--trace-children=yes", *cmd], capture_output=True, env=env, text=True)
+    counts = [int(m.replace(",", "")) for m in re.findall(r"I\s+refs:\s+([\d,]+)", done.stderr)]
+    if done.returncode != 0 or not counts:
+        raise SystemExit(f"valgrind {' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return sum(counts)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="runs per tool; the best is reported")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count both tools' instructions under valgrind (slow; independent of machine load)")
     args = parser.parse_args()
 
     files = cached_binlog(args.rows, args.rebuild)
@@ -157,6 +170,11 @@ def main() -> int:
         "cpu": os.cpu_count(),
         "pinned_to_one_core": bool(shutil.which("taskset")),
     }
+    if args.instructions:
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+        ours_i, theirs_i = instructions(binlake, env), instructions(reference)
+        figures.update(binlake_instructions=ours_i, mariadb_binlog_instructions=theirs_i,
+                       instruction_ratio_binlake_over_mariadb_binlog=round(ours_i / theirs_i, 2))
     print(json.dumps(figures, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
