@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from binlake.binlog import rows
+from binlake.binlog import columnar, rows
 from binlake.binlog.api import compute_stats, decode_to
 from binlake.binlog.columnar import plan_column
 from binlake.binlog.constants import ColumnType as T
@@ -123,6 +123,21 @@ def test_decimal_every_precision_and_scale() -> None:
     assert checked == 18960  # every (p, s) of DECIMAL(1..65, 0..30), 12 values each
 
 
+def test_decimal_values_stay_exact_past_the_cache_bound() -> None:
+    """More integer parts than the cache holds (entries evicted and refilled), positive and negative."""
+    col = plan_column(Column(0, T.NEWDECIMAL, 10 << 8 | 2), 1)
+    reference = make_fast_decimal(10, 2)
+    raws = []
+    for v in range(0, 3 * columnar.DECIMAL_INT_PARTS * 100, 37):
+        x = (v // 100) << 8 | v % 100 | 1 << 39  # 8 integer digits in 4 bytes, 2 fraction digits in 1
+        raws.append(x.to_bytes(5, "big"))
+        raws.append((x ^ (1 << 40) - 1).to_bytes(5, "big"))
+    assert decimal_groups(10, 2) == ([(4, 8), (1, 2)], 1, 5)
+    fields = list(zip(*(_split(r, col.codes) for r in raws), strict=True))
+    got = col.vec(fields)
+    assert [str(v) for v in got] == [str(reference(r)) for r in raws]
+
+
 def test_decimal_digit_group_out_of_range_is_an_error() -> None:
     col = plan_column(Column(0, T.NEWDECIMAL, 12 << 8 | 2), 1)  # groups: 1 digit, 9 digits | 2 digits
     bad_fraction = bytes([0x80, 0, 0, 0, 1, 100])  # 100 in a 2-digit group
@@ -213,3 +228,18 @@ def test_stats_produces_every_value_decode_prints(monkeypatch: pytest.MonkeyPatc
         assert _digest(seen) == _digest(printed), path.name
         checked += report["rows"]
     assert checked > 1000
+
+
+@NO_FIXTURES
+def test_events_over_the_size_bound_go_row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = max((e.path for e in ENTRIES if not e.bad_magic and not e.truncated
+                and e.path.name != "corrupt-relay-bin.000624" and _rows_event_spans(e.path)),
+               key=lambda p: len(_rows_event_spans(p)))
+    fast = decoded_batches(path, True, monkeypatch)
+    monkeypatch.setattr(rows, "COLUMNAR_MAX_BYTES", 0)
+    monkeypatch.setattr(rows, "COLUMNAR", True)
+    decoder = BinlogDecoder(DecodeOptions(allow_truncated=True))
+    images = [image for b in decoder.decode_files_batched([path]) if type(b) is RowBatch
+              for pair in b.pairs for image in pair if image is not None]
+    assert images and all(type(image) is list for image in images)  # the row-at-a-time decoders' lists
+    assert decoded_batches(path, True, monkeypatch) == fast
