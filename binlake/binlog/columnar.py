@@ -462,22 +462,29 @@ class EventPlan:
             read = f"nulls = _from_bytes(buf[off:off + {nb}], 'little')"
         env: dict[str, Any] = {"BodyError": BodyError, "_from_bytes": int.from_bytes, "step": self._step,
                                "walk_general": self._walk_general}
+        first_at = self.layout(self._inlined[0]).var_at if self._inlined and nb in (1, 2) else -1
+        if first_at >= 0:
+            # The most common pattern's bitmap and value length in one struct call; others re-read the length.
+            at, width = (first_at - 0x10000, "H") if first_at >= 0x10000 else (first_at, "B")
+            env["first"] = struct.Struct(f"<{'B' if nb == 1 else 'H'}{at - nb}x{width}").unpack_from
+            read = "nulls, n = first(buf, off)"
         lines = ["def walk(buf, off, end):", "    fmts = ['<']", "    add_fmt = fmts.append", "    while off < end:",
                  f"        {read}"]
         for i, nulls in enumerate(self._inlined):
             lay = self.layout(nulls)
             lines.append(f"        {'if' if i == 0 else 'elif'} nulls == {nulls}:")
             at = lay.var_at
+            if i == 0 and first_at >= 0:
+                pass  # n already read
+            elif at >= 0x10000:
+                lines.append(f"            n = buf[off + {at - 0x10000}] | buf[off + {at - 0x10000 + 1}] << 8")
+            elif at >= 0:
+                lines.append(f"            n = buf[off + {at}]")
             if at == -1:
                 env[f"F{i}"] = lay.fmt
                 lines += [f"            add_fmt(F{i})", f"            off += {lay.size}"]
             elif at >= 0:
                 env[f"P{i}"] = lay.pieces
-                if at >= 0x10000:
-                    at -= 0x10000
-                    lines.append(f"            n = buf[off + {at}] | buf[off + {at + 1}] << 8")
-                else:
-                    lines.append(f"            n = buf[off + {at}]")
                 # A plain dict lookup (the interpreter specializes it); a length not seen yet is added once.
                 env[f"D{i}"] = {}
                 lines += ["            try:", f"                add_fmt(D{i}[n])", "            except KeyError:",
