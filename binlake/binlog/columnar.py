@@ -464,7 +464,8 @@ class EventPlan:
                                "walk_general": self._walk_general}
         first_at = self.layout(self._inlined[0]).var_at if self._inlined and nb in (1, 2) else -1
         if first_at >= 0:
-            # The most common pattern's bitmap and value length in one struct call; others re-read the length.
+            # The first pattern's bitmap and value length in one struct call; patterns whose value sits elsewhere
+            # read the length again.
             at, width = (first_at - 0x10000, "H") if first_at >= 0x10000 else (first_at, "B")
             env["first"] = struct.Struct(f"<{'B' if nb == 1 else 'H'}{at - nb}x{width}").unpack_from
             read = "nulls, n = first(buf, off)"
@@ -474,8 +475,8 @@ class EventPlan:
             lay = self.layout(nulls)
             lines.append(f"        {'if' if i == 0 else 'elif'} nulls == {nulls}:")
             at = lay.var_at
-            if i == 0 and first_at >= 0:
-                pass  # n already read
+            if first_at >= 0 and at == first_at:
+                pass  # n already read: the value sits where it does in the first pattern
             elif at >= 0x10000:
                 lines.append(f"            n = buf[off + {at - 0x10000}] | buf[off + {at - 0x10000 + 1}] << 8")
             elif at >= 0:
