@@ -491,7 +491,9 @@ class _FileState:
         if cached is None:
             tm = parse_table_map(buf, body, end, fde)
             dec: RowImageDecoder | str | None = None
-            if resolver is not None:
+            wanted = self._wanted(tm)
+            # A table outside --databases/--tables is never resolved: its schema cannot stop the read.
+            if wanted and resolver is not None:
                 try:
                     tm = resolver.resolve(tm, self.name, ev.pos, fde.is_mariadb)
                 except SchemaMismatch as exc:
@@ -499,7 +501,7 @@ class _FileState:
                         raise
                     self.d.skipped.append(SkippedEvent(self.name, ev.pos, tm.qualified_name, str(exc)))
                     dec = SKIPPED
-            if dec is None and self._wanted(tm):
+            if dec is None and wanted:
                 dec = RowImageDecoder(tm)
             cached = (tm, dec)
             if dec is not SKIPPED:

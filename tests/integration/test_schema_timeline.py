@@ -10,6 +10,7 @@ must agree with the timeline's.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -173,6 +174,16 @@ def test_c_stale_snapshot_raises_schema_mismatch(minimal_run, tmp_path) -> None:
         decode(last, build_resolver(last, stale), "timeline_db")
     assert err.value.file == last[0].name and err.value.pos is not None
     assert "timeline_db.people" in str(err.value) or "timeline_db.tags" in str(err.value)
+
+
+def test_c_stale_schema_of_a_table_outside_the_filter_does_not_stop_the_read(minimal_run, tmp_path) -> None:
+    """Only the tables asked for are resolved: another database's unknown layout is not this read's problem."""
+    _server, files, store, snapshots = minimal_run
+    stale = stale_store(store, snapshots[0], tmp_path)
+    last = files[-1:]
+    assert decode(last, build_resolver(last, stale), "another_db") == []
+    opts = DecodeOptions(table_resolver=build_resolver(last, stale), tables=re.compile(r"^timeline_db\.nothing$"))
+    assert [r for r in BinlogDecoder(opts).decode_files(last) if isinstance(r, RowChange)] == []
 
 
 def test_c_cli_exits_non_zero_and_skip_reports_positions(minimal_run, tmp_path, capsys) -> None:
