@@ -119,7 +119,8 @@ def compute_stats(files: Sequence[str | Path], options: DecodeOptions | None = N
     opts = options or DecodeOptions()
     opts.commits = True
     decoder = BinlogDecoder(opts)
-    stats = BinlogStats(top=top)
+    filtered = opts.databases is not None or opts.tables is not None or opts.ops is not None
+    stats = BinlogStats(top=top, filtered=filtered)
     started = time.perf_counter()
     items = decoder.decode_files_batched(files)
     stats.consume_batched(_reporting(items, progress, 64) if progress is not None else items)

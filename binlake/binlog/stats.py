@@ -47,12 +47,16 @@ class BinlogStats:
     _longest: list = field(default_factory=list)
     _seq: int = 0
     _open_first_ts: int | None = None  # earliest row event time of the transaction being read
+    # With --databases/--tables/--ops, only transactions holding a kept row change count, sized by those rows.
+    filtered: bool = False
+    _open_rows: int = 0
 
     def add(self, r: RowChange | EventRecord) -> None:
         if type(r) is RowChange:
             self.rows_by_table[r.table.qualified_name][r.op] += 1
             self.rows_per_second[r.ts] += 1
             self.table_seconds[r.table.qualified_name][r.ts] += 1
+            self._open_rows += 1
             if self._open_first_ts is None or r.ts < self._open_first_ts:
                 self._open_first_ts = r.ts
             return
@@ -60,13 +64,17 @@ class BinlogStats:
             s = r.info.get("summary")
             if s is None:
                 return
+            kept, self._open_rows = self._open_rows, 0
+            if self.filtered and not kept:
+                self._open_first_ts = None
+                return
             self.transactions += 1
             # MariaDB (and MySQL) write the GTID event at commit, with the commit time: the transaction began no
             # later than its earliest row event.
             first = s.first_ts if self._open_first_ts is None else min(s.first_ts, self._open_first_ts)
             self._open_first_ts = None
-            t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, s.rows, s.bytes, first,
-                        s.last_ts)
+            t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid,
+                        kept if self.filtered else s.rows, s.bytes, first, s.last_ts)
             self._seq += 1
             self.commits_per_second[t.last_ts] += 1
             if t.duration > self.delay_max[t.last_ts]:
@@ -100,6 +108,7 @@ class BinlogStats:
                     self.rows_by_table[item.table.qualified_name][item.op] += n
                     self.rows_per_second[item.ts] += n
                     self.table_seconds[item.table.qualified_name][item.ts] += n
+                    self._open_rows += n
                     if self._open_first_ts is None or item.ts < self._open_first_ts:
                         self._open_first_ts = item.ts
             else:

@@ -82,6 +82,11 @@ def workload(mariadb_full, tmp_path_factory):
         cur.execute(f"SET timestamp = {BASE}")
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
     first = write_workload(mariadb_full, 0, 8)
+    with mariadb_full.connect() as conn, conn.cursor() as cur:  # another database, much later: not DB's figures
+        cur.execute(f"SET timestamp = {BASE + 10**6}")
+        cur.execute("CREATE DATABASE IF NOT EXISTS report_noise")
+        cur.execute("CREATE TABLE IF NOT EXISTS report_noise.t (id INT PRIMARY KEY)")
+        cur.execute("REPLACE INTO report_noise.t VALUES (1)")
     files1 = [shutil.copy(f, work / f.name) for f in mariadb_full.flush_logs()]
     lake = work / "lake"
     opts = IngestOptions(lake=str(lake), files=[str(f) for f in files1], databases={DB})
