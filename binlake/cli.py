@@ -288,8 +288,6 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         for st in quarantined_files(args.lake, args.pipeline):
             print(f"file {st.file} ({st.instance}/{st.lineage}): quarantined outside a batch: {st.last_error}")
         return 0
-    if args.batch is None:
-        raise ValueError(f"binlake quarantine {args.action} needs the batch number")
     if args.action == "show":
         pb = BatchStore(args.lake, args.pipeline).load(args.batch)
         print(json.dumps({"batch": pb.batch, "state": pb.state, "files": pb.files, "quarantine": pb.quarantine,
@@ -418,15 +416,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quarantine", help="batches held back by a failed quality gate: list, show, release, "
                        "discard")
-    p.add_argument("action", choices=("list", "show", "release", "discard"),
-                   help="release: run the batch again as decoded; discard: undo it, the next ingest decodes again")
-    p.add_argument("batch", type=int, nargs="?", help="batch number (show, release, discard)")
-    p.add_argument("--lake", required=True)
-    p.add_argument("--pipeline", default="default")
-    p.add_argument("--engine", default=None)
-    p.add_argument("--no-run", action="store_true", help="release only; the next ingest runs the batch")
-    _add_quality_options(p)
-    p.set_defaults(func=cmd_quarantine)
+    quarantine_sub = p.add_subparsers(dest="action", required=True)
+    for action, text in (("list", "quarantined batches and files"), ("show", "one batch's files, tables and gates"),
+                         ("release", "run the batch again as decoded (after the fix)"),
+                         ("discard", "undo the batch; the next ingest decodes its range again")):
+        q = quarantine_sub.add_parser(action, help=text)
+        if action != "list":
+            q.add_argument("batch", type=int, help="batch number")
+        q.add_argument("--lake", required=True)
+        q.add_argument("--pipeline", default="default")
+        q.add_argument("--engine", default=None)
+        if action == "release":
+            q.add_argument("--no-run", action="store_true", help="only release; the next ingest runs the batch")
+        if action in ("release", "discard"):
+            _add_quality_options(q)
+        q.set_defaults(func=cmd_quarantine, batch=None, no_run=False)
 
     p = sub.add_parser("quality", help="quality gate results")
     quality_sub = p.add_subparsers(dest="quality_command", required=True)

@@ -372,6 +372,8 @@ def test_stale_batch_fails_freshness_and_release_without_it_merges(server, tmp_p
     assert main(["quarantine", "show", "0", "--lake", str(lake)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["state"] == "quarantined" and shown["quarantine"]["failures"][0]["gate"] == "freshness"
+    assert main(["quarantine", "show", "--lake", str(lake), "0"]) == 0  # options before the batch number too
+    assert json.loads(capsys.readouterr().out) == shown
     assert main(["quarantine", "release", "0", "--lake", str(lake)]) == 0
     assert "batch 0:" in capsys.readouterr().out
     assert without_meta(current(lake, "stale")) == server_rows(server, "stale")
