@@ -491,6 +491,21 @@ class EventPlan:
                 lines += ["            try:", f"                add_fmt(D{i}[n])", "            except KeyError:",
                           f"                add_fmt(P{i}[n])", f"                if len(D{i}) < 4096:",
                           f"                    D{i}[n] = P{i}[n]", f"            off += {lay.size} + n"]
+            elif all(prefix in (1, 2) for _, prefix, _ in lay.segments):
+                # Several variable values: read each length in turn, one %-format builds the image's codes.
+                env[f"G{i}"] = "".join(f"{head}%ds" for _, _, head in lay.segments) + lay.tail
+                step_bytes = 0
+                names = []
+                for j, (since, prefix, _head) in enumerate(lay.segments):
+                    advance = since + step_bytes
+                    lines.append(f"            p = off + {advance}" if j == 0 else f"            p += {advance}")
+                    read_n = "buf[p]" if prefix == 1 else "buf[p] | buf[p + 1] << 8"
+                    lines += [f"            n{j} = {read_n}", f"            p += n{j}"]
+                    names.append(f"n{j}")
+                    step_bytes = prefix
+                tail_bytes = lay.size - sum(since + prefix for since, prefix, _ in lay.segments)
+                lines += [f"            add_fmt(G{i} % ({', '.join(names)},))",
+                          f"            off = p + {step_bytes + tail_bytes}"]
             else:
                 env[f"L{i}"] = lay
                 lines.append(f"            off = walk_general(buf, off, L{i}, add_fmt)")
