@@ -438,6 +438,7 @@ class EventPlan:
         self.absent = [i for i in range(self.ncols) if not present >> i & 1]
         self.layouts: dict[int, _Layout] = {}
         self._inlined: list[int] = []
+        self._exact: tuple | None = None
         self.walk = self._compile_walker()
 
     def layout(self, nulls: int) -> _Layout:
@@ -448,7 +449,15 @@ class EventPlan:
             lay = self.layouts[nulls] = _Layout(self.nb, self.cols, nulls)
         return lay
 
-    def _compile_walker(self) -> Callable:
+    def walk_exact(self, buf, off: int, end: int) -> str:
+        """Like walk, without the first pattern's look-ahead read (which may run past the buffer's end when a
+        shorter image of another pattern ends it)."""
+        key = tuple(self._inlined)
+        if self._exact is None or self._exact[0] != key:
+            self._exact = (key, self._compile_walker(look_ahead=False))
+        return self._exact[1](buf, off, end)
+
+    def _compile_walker(self, look_ahead: bool = True) -> Callable:
         """walk(buf, off, end) -> (the NULL bitmap of every image, one struct format for all of them).
 
         Generated: the NULL patterns seen first (up to MAX_INLINED) are tested inline with their layout's
@@ -462,7 +471,7 @@ class EventPlan:
             read = f"nulls = _from_bytes(buf[off:off + {nb}], 'little')"
         env: dict[str, Any] = {"BodyError": BodyError, "_from_bytes": int.from_bytes, "step": self._step,
                                "walk_general": self._walk_general}
-        first_at = self.layout(self._inlined[0]).var_at if self._inlined and nb in (1, 2) else -1
+        first_at = self.layout(self._inlined[0]).var_at if look_ahead and self._inlined and nb in (1, 2) else -1
         if first_at >= 0:
             # The first pattern's bitmap and value length in one struct call; patterns whose value sits elsewhere
             # read the length again.
@@ -618,7 +627,11 @@ class EventPlan:
 
 def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> list[tuple]:
     """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images)."""
-    flat = _unpack_from(plan.walk(buf, off, end), buf, off)
+    try:
+        fmt = plan.walk(buf, off, end)
+    except struct.error:
+        fmt = plan.walk_exact(buf, off, end)
+    flat = _unpack_from(fmt, buf, off)
     if kind == RowsKind.UPDATE:
         if len(flat) // plan.nfields % 2:
             raise BodyError("the last updated row has no after image")

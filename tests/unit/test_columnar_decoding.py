@@ -16,6 +16,7 @@ from binlake.binlog import columnar, rows
 from binlake.binlog.api import compute_stats, decode_to
 from binlake.binlog.columnar import plan_column
 from binlake.binlog.constants import ColumnType as T
+from binlake.binlog.constants import RowsKind
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch
 from binlake.binlog.errors import BinlogError
 from binlake.binlog.output import _JsonlEncoder, image_to_dict
@@ -243,3 +244,28 @@ def test_events_over_the_size_bound_go_row_by_row(monkeypatch: pytest.MonkeyPatc
               for pair in b.pairs for image in pair if image is not None]
     assert images and all(type(image) is list for image in images)  # the row-at-a-time decoders' lists
     assert decoded_batches(path, True, monkeypatch) == fast
+
+
+def test_look_ahead_past_the_buffer_end_falls_back() -> None:
+    """The walker reads the first NULL pattern's value length ahead; a shorter image of another pattern at the
+    very end of the buffer makes that read run past it, and the event must still decode exactly."""
+    from binlake.binlog.columnar import EventPlan, decode_event
+    from binlake.binlog.rows import RowImageDecoder
+    from binlake.binlog.tablemap import TableMap
+
+    table = TableMap(1, "db", "t", [Column(0, T.LONGLONG, 0), Column(1, T.LONGLONG, 0), Column(2, T.VARCHAR, 10)])
+    full = bytes([0]) + (7).to_bytes(8, "little") + (9).to_bytes(8, "little") + bytes([3]) + b"abc"
+    short = bytes([0b011]) + bytes([1]) + b"x"  # both BIGINTs NULL: 3 bytes
+    buf = full * 3 + short
+    plan = EventPlan(table, 0b111)
+    expected = [((7, 9, "abc"),) * 3, ((None, None, "x"),)]
+    for _ in range(2):  # the second pass runs the walker generated with the first pattern inline
+        pairs = decode_event(plan, buf, 0, len(buf), RowsKind.WRITE)
+        assert [after for _, after in pairs] == [*expected[0], *expected[1]]
+    assert plan._exact is not None  # the look-ahead ran past the buffer and the exact walker took over
+    row_path = RowImageDecoder(table).plan(0b111)
+    off, images = 0, []
+    while off < len(buf):
+        image, off = row_path(buf, off)
+        images.append(tuple(image))
+    assert images == [after for _, after in pairs]
