@@ -111,6 +111,8 @@ def run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, st
 
 def instructions(cmd: list[str], env: dict | None = None) -> int:
     """Instructions the command executes, counted by valgrind (independent of what else runs on the machine)."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install -y valgrind)")
     done = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                            "--trace-children=yes", *cmd], capture_output=True, env=env, text=True)
     counts = [int(m.replace(",", "")) for m in re.findall(r"I\s+refs:\s+([\d,]+)", done.stderr)]
