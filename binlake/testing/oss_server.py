@@ -21,12 +21,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape
 
 import crcmod
 
+from .background_http import BackgroundHttpServer
 from .oss_signing import SignatureError, SignedRequest, parse_authorization, verify
 
 crc64_ecma = crcmod.mkCrcFun(0x142F0E1EBA9EA3693, initCrc=0, rev=True, xorOut=0xFFFFFFFFFFFFFFFF)
@@ -74,7 +75,7 @@ class OssError(Exception):
         self.status, self.code, self.message, self.extra = status, code, message, extra
 
 
-class OssServer:
+class OssServer(BackgroundHttpServer):
     """Start with `OssServer(...).start()` or as a context manager; `endpoint` is the URL to give oss2."""
 
     def __init__(self, access_key_id: str = "test-ak", access_key_secret: str = "test-secret",
@@ -87,29 +88,11 @@ class OssServer:
         self.requests: list[RequestRecord] = []
         self.crc64_headers = True  # False: behave like a store that announces no CRC-64 (only the ETag)
         self.lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # lifecycle
     def start(self) -> OssServer:
-        handler = type("BoundOssHandler", (_Handler,), {"oss": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="oss-server", daemon=True)
-        self._thread.start()
+        self._serve(type("BoundOssHandler", (_Handler,), {"oss": self}), self.host, self.port, "oss-server")
         return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> OssServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     @property
     def endpoint(self) -> str:

@@ -35,12 +35,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from ..binlog.constants import MAGIC
 from ..sources.checksum import crc64_bytes
+from .background_http import BackgroundHttpServer
 
 ALGORITHM = "ACS3-HMAC-SHA256"
 HOST_ID = "rds.aliyuncs.com"
@@ -181,7 +182,7 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-class LocalRdsServer:
+class LocalRdsServer(BackgroundHttpServer):
     """The server. Use as a context manager or call start()/stop()."""
 
     def __init__(self, access_key_id: str = "LTAI-binlake-test", access_key_secret: str = "binlake-test-secret",
@@ -206,8 +207,6 @@ class LocalRdsServer:
         self._lock = threading.Lock()
         self._scan_lock = threading.Lock()
         self._request = threading.local()  # .host: the host[:port] the request being answered reached
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- set-up -----------------------------------------------------------------------------------------------
 
@@ -295,23 +294,8 @@ class LocalRdsServer:
         class Handler(_Handler):
             rds = server
 
-        self._httpd = ThreadingHTTPServer((self.host, self.requested_port), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="local-rds", daemon=True)
-        self._thread.start()
+        self._serve(Handler, self.host, self.requested_port, "local-rds")
         return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> LocalRdsServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # -- the API ------------------------------------------------------------------------------------------------
 
