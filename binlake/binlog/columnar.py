@@ -564,7 +564,12 @@ class EventPlan:
         return off + lay.size + total
 
     def images(self, flat: tuple, start: int, step: int, reuse: dict | None = None) -> list[tuple]:
-        """Rows (value tuples in table column order) of images start, start+step, ... of the event.
+        """Rows (value tuples in table column order) of images start, start+step, ... of the event."""
+        return list(zip(*self.columns(flat, start, step, reuse), strict=True))
+
+    def columns(self, flat: tuple, start: int, step: int, reuse: dict | None = None) -> list[list | tuple]:
+        """Columns (one value sequence per table column, in table column order) of images start, start+step, ...
+        of the event.
 
         `reuse` (updates): a dict shared by the before and the after images. The before images record each
         NULL-free converted column's raw fields and values in it; an after-image column with the same raw fields
@@ -588,7 +593,7 @@ class EventPlan:
             k = c.nfields
             bit = c.bit
             if all_null & bit:
-                out[c.index] = repeat(None, n)
+                out[c.index] = [None] * n
             elif some_null & bit:
                 one = c.one
                 if c.tolerant:
@@ -621,24 +626,71 @@ class EventPlan:
             from .rows import ABSENT
 
             for a in self.absent:
-                out[a] = repeat(ABSENT, n)
-        return list(zip(*out, strict=False))  # tuples; repeat() columns are endless
+                out[a] = [ABSENT] * n
+        for j, vals in enumerate(out):
+            if type(vals) is not list and type(vals) is not tuple:  # a one-shot iterator from a converter
+                out[j] = list(vals)
+        return out
 
 
-def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> list[tuple]:
-    """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images)."""
+class ColumnarPairs:
+    """The (before, after) pairs of one rows event, held as the event's decoded columns (`before`, `after`: one
+    value sequence per table column, None for an image kind the event lacks). The row tuples are built only when
+    a consumer iterates or indexes the pairs; the lake's history reads the columns and never builds them."""
+
+    __slots__ = ("_pairs", "after", "before", "n")
+
+    def __init__(self, before: list | None, after: list | None, n: int) -> None:
+        self.before = before
+        self.after = after
+        self.n = n
+        self._pairs: list | None = None
+
+    def pairs(self) -> list[tuple]:
+        if self._pairs is None:
+            # Every column holds n values, so zip(*columns) makes exactly n row tuples.
+            before = zip(*self.before, strict=True) if self.before is not None else repeat(None, self.n)
+            after = zip(*self.after, strict=True) if self.after is not None else repeat(None, self.n)
+            self._pairs = list(zip(before, after, strict=True))
+        return self._pairs
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def __iter__(self):
+        return iter(self.pairs())
+
+    def __getitem__(self, i):
+        return self.pairs()[i]
+
+    def __eq__(self, other: object) -> bool:
+        return self.pairs() == (other.pairs() if isinstance(other, ColumnarPairs) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ColumnarPairs({self.pairs()!r})"
+
+
+def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> ColumnarPairs:
+    """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images), kept
+    as columns until a consumer asks for the row tuples."""
     try:
         fmt = plan.walk(buf, off, end)
     except struct.error:
         fmt = plan.walk_exact(buf, off, end)
     flat = _unpack_from(fmt, buf, off)
+    n = len(flat) // plan.nfields
     if kind == RowsKind.UPDATE:
-        if len(flat) // plan.nfields % 2:
+        if n % 2:
             raise BodyError("the last updated row has no after image")
         reuse: dict = {}
-        before = plan.images(flat, 0, 2, reuse)
-        return list(zip(before, plan.images(flat, 1, 2, reuse), strict=True))
-    rows = plan.images(flat, 0, 1)
+        before = plan.columns(flat, 0, 2, reuse)
+        return ColumnarPairs(before, plan.columns(flat, 1, 2, reuse), n // 2)
+    cols = plan.columns(flat, 0, 1)
     if kind == RowsKind.WRITE:
-        return list(zip(repeat(None), rows))
-    return list(zip(rows, repeat(None)))
+        return ColumnarPairs(None, cols, n)
+    return ColumnarPairs(cols, None, n)

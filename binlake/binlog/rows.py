@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .charsets import decode_text
-from .columnar import EventPlan, decode_event
+from .columnar import ColumnarPairs, EventPlan, decode_event
 from .constants import ColumnType as T
 from .constants import EventType, RowsKind, TableMapMeta
 from .events import maria_uncompress
@@ -383,8 +383,9 @@ def image_after_bytes(dec: RowImageDecoder, ev: RowsEvent) -> int:
     return dec.plan(ev.present_after, ev.version).bitmap_bytes
 
 
-def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple]:
+def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple] | ColumnarPairs:
     """All rows of one event as (before, after) images: inserts (None, after), deletes (before, None), updates both.
+    The columnar path returns them as ColumnarPairs (the event's columns; row tuples built when iterated).
 
     A list, not a generator: an event is bounded in size, and the tight loops are the decoder's hot path.
     """

@@ -99,7 +99,15 @@ def to_arrow(values: Sequence[Any], col: Column, where: str, stats: ConversionSt
 def _plain(values: Sequence[Any], col: Column, typ: pa.DataType) -> pa.Array:
     t = col.type
     if t in TEMPORAL:
-        return _temporal(pa.array(values, pa.string()), typ, None, None)
+        # Year 0000 parses, so it is looked for; a zero month or day fails the cast (ArrowInvalid), and the careful
+        # path then finds and counts it.
+        strings = pa.array(values, pa.string())
+        if pc.any(pc.starts_with(strings, "0000")).as_py():
+            raise _NotPlain
+        if typ == pa.date32():
+            return strings.cast(pa.date32())
+        naive = strings.cast(pa.timestamp("us"))
+        return naive.cast(typ) if typ.tz else naive
     if typ == pa.string():
         arr = pa.array(values)  # inferred: text only if every value is str (bytes, ints, patches are not plain)
         if arr.type == pa.string():

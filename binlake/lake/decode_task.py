@@ -33,11 +33,26 @@ class SchemaMissing(ValueError):
 
 @dataclass
 class TableResult:
-    """One table's share of a range: history rows (Arrow IPC, picklable) and its last TABLE_MAP."""
+    """One table's share of a range: history rows and its last TABLE_MAP.
 
-    history_ipc: list[bytes] = field(default_factory=list)
+    In process the history stays Arrow tables (no copy); pickled (a Spark task's result) it travels as Arrow IPC
+    stream bytes."""
+
+    history: list[pa.Table] = field(default_factory=list)
     table_map: object = None  # binlake.binlog.tablemap.TableMap of the last change (columns, key, schema)
     versions: dict = field(default_factory=dict)  # schema version id -> the TableMap decoded under it
+
+    @property
+    def history_ipc(self) -> list[bytes]:
+        return [_ipc(table) for table in self.history]
+
+    def __getstate__(self) -> dict:
+        return {"history_ipc": self.history_ipc, "table_map": self.table_map, "versions": self.versions}
+
+    def __setstate__(self, state: dict) -> None:
+        self.history = [read_ipc(data) for data in state["history_ipc"]]
+        self.table_map = state["table_map"]
+        self.versions = state["versions"]
 
 
 @dataclass
@@ -202,7 +217,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     for key, pieces in built.items():
         tm = maps[key]
         entry = result.tables.setdefault(tm.qualified_name, TableResult())
-        entry.history_ipc.append(_ipc(pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]))
+        entry.history.append(pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
         entry.versions[tm.schema_version] = tm
     for name, tm in latest.items():
         result.tables[name].table_map = tm

@@ -39,7 +39,7 @@ from ..schema.api import build_resolver
 from .control import ControlTable
 from .current import key_names, merge_input, segments
 from .current import merge_segments as _merge_segments
-from .decode_task import RangeResult, read_ipc
+from .decode_task import RangeResult
 from .engines import DELETED, SEQ, DeltaEngine, EngineError, get_engine, tombstone_path
 from .history import PARTITION_BY
 from .ingest import (
@@ -184,7 +184,7 @@ def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, pa
         for k, v in res.conversions.items():
             pb.conversions[k] = pb.conversions.get(k, 0) + v
         for name, tr in res.tables.items():
-            parts.setdefault(name, []).extend(read_ipc(b) for b in tr.history_ipc)
+            parts.setdefault(name, []).extend(tr.history)
             versions.setdefault(name, {}).update(tr.versions)
             last[name] = tr.table_map
     pb.counts = [[t, op, n] for (t, op), n in sorted(counts.items())]
