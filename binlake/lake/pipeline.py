@@ -327,6 +327,8 @@ def net_changes(plan: list[tuple]) -> tuple[list[str], pa.Table] | None:
     """The batch's last change per key across its schema segments (keys, `_seq`, `_deleted`); None when the key
     columns change name inside the batch."""
     keys = key_names(plan[-1][1])
+    if len(plan) == 1:  # merge_input already keeps one row per key
+        return keys, plan[0][2].select([*keys, SEQ, DELETED])
     parts = []
     for i, (_version, tm, data) in enumerate(plan):
         if key_names(tm) != keys:
