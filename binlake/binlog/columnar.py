@@ -7,8 +7,10 @@ bytes (DECIMAL, temporal types) or over codecs (text), so most values never cost
 
 The values are exactly those of the row-at-a-time decoders (rowcodegen, values): the same formatting
 functions fill the caches. A NULL column is unpacked as empty placeholder fields ("0s") so that every image
-of an event has the same number of fields and columns are plain strided slices of the unpacked tuple. Images
-come out as tuples. In an update, after-image columns the update did not change reuse the before image's values.
+of an event has the same number of fields and columns are plain strided slices of the unpacked tuple. An event
+comes out as ColumnarPairs: its columns, with row tuples built only for a consumer that iterates the pairs (the
+lake's history reads the columns). In an update, after-image columns the update did not change reuse the before
+image's values.
 Events this module does not plan (pre-GA v0 images, PARTIAL_UPDATE_ROWS, updates whose two images list
 different columns, events over rows.COLUMNAR_MAX_BYTES) stay on the row-at-a-time path.
 """
