@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -100,6 +101,10 @@ def spark():
     session = build_spark_session(app_name="binlake-tests", master="local[2]")
     yield session
     session.stop()
+    # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after pytest closed
+    # its capture streams: a traceback after the summary line, not a failure. Keep it quiet.
+    for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @pytest.fixture
