@@ -55,12 +55,16 @@ class Catalog:
         self.db_collations: dict[str, str] = {
             k.lower(): norm_collation(v) for k, v in (db_collations or {}).items() if v}
         self.unknown: dict[tuple[str, str], str] = {}  # (db, table) lower-cased -> why
+        # Where the statements being applied come from (set by the timeline): new tables' lineage starts there.
+        self.origin: str | None = None
 
     def get(self, db: str, table: str) -> TableDef | None:
         return self._tables.get((db.lower(), table.lower()))
 
     def put(self, table_def: TableDef) -> None:
         table_def.ensure_uids()
+        if table_def.lineage is None and self.origin is not None:
+            table_def.lineage = f"{self.origin} {table_def.qualified_name}"
         key = (table_def.database.lower(), table_def.name.lower())
         self._tables[key] = table_def
         self.unknown.pop(key, None)

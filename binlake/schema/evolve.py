@@ -31,10 +31,13 @@ class EvolveError(ValueError):
 
 
 def column_mapping(old: TableDef, new: TableDef) -> dict[str, str | None]:
-    """New column name -> the old column it continues (None: added). Identity first, then name."""
+    """New column name -> the old column it continues (None: added). Identity within one lineage, else name.
+
+    Identities are given in column order when a lineage begins (a snapshot, a CREATE TABLE), so two lineages'
+    identities say nothing about each other: a snapshot taken after an ALTER numbers the moved columns afresh."""
     by_uid = {c.uid: c.name for c in old.columns if c.uid is not None}
     old_names = {c.name.lower(): c.name for c in old.columns}
-    same_lineage = bool(by_uid) and any(c.uid in by_uid for c in new.columns)
+    same_lineage = old.lineage == new.lineage and bool(by_uid) and any(c.uid in by_uid for c in new.columns)
     mapping = {}
     for c in new.columns:
         if same_lineage:

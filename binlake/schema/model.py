@@ -59,6 +59,9 @@ class TableDef:
     collation: str | None = None
     engine: str | None = None
     last_uid: int = 0  # highest column identity ever given in this lineage (never reused after a DROP)
+    # Where this lineage of versions began (a snapshot, or a CREATE TABLE at a binlog position): column identities
+    # are comparable only within one lineage. Deterministic, so a rebuilt timeline gives the same one.
+    lineage: str | None = None
 
     @property
     def qualified_name(self) -> str:

@@ -81,11 +81,27 @@ def scan_ddl(files: Sequence[str | Path], keys: dict[str, int]) -> list[DdlEvent
     return out
 
 
+def _continue_lineage(table: TableDef, previous: Catalog | None) -> None:
+    """A snapshot's table continues the lineage the replayed DDL reached at the snapshot's position: columns of
+    the same name keep their identities, new ones get fresh ones. So a RENAME COLUMN replayed before the snapshot
+    is still a rename for rows older than it, and the snapshot's fresh column order is not taken for identity."""
+    before = previous.get(table.database, table.name) if previous is not None else None
+    if before is None or before.lineage is None:
+        return
+    by_name = {c.name.lower(): c.uid for c in before.columns}
+    for c in table.columns:
+        c.uid = by_name.get(c.name.lower())
+    table.last_uid = max([before.last_uid, *(c.uid or 0 for c in before.columns)])
+    table.lineage = before.lineage
+    table.ensure_uids()
+
+
 class SchemaTimeline:
     def __init__(self, snapshots: Sequence[Snapshot], ddl_events: Sequence[DdlEvent]) -> None:
         self.snapshots = sorted(snapshots, key=lambda s: s.position or START)
         self.unparsed: list[tuple[DdlEvent, str]] = []
         self._segments: list[_Segment] = []
+        self._previous: Catalog | None = None  # the state the last segment ended in (where the next one begins)
         starts = [s.position or START for s in self.snapshots]
         if not starts or starts[0] != START:
             # Before the first snapshot: only what CREATE TABLE statements in the binlog say.
@@ -102,15 +118,18 @@ class SchemaTimeline:
         catalog = Catalog(snap.db_charsets if snap is not None else None, None,
                           facts.get("character_set_server"), facts.get("collation_server"))
         if snap is not None:
+            catalog.origin = source
             for qualified, sql in snap.ddl.items():
                 table = parse_create_table(sql, qualified.split(".", 1)[0], snap.db_charsets)
+                _continue_lineage(table, self._previous)
                 catalog.put(table)
                 seg.add(table.qualified_name, TableVersion(table.copy(), start, source))
         for ev in events:
             if ev.key < start or (end is not None and ev.key >= end):
                 continue
-            effect = apply_ddl(catalog, ev.sql, ev.database)
             where = f"DDL at {ev.file}:{ev.pos}"
+            catalog.origin = where
+            effect = apply_ddl(catalog, ev.sql, ev.database)
             if effect.kind == "unparsed":
                 self.unparsed.append((ev, effect.error or "not understood"))
                 for qualified in effect.tables:
@@ -124,6 +143,7 @@ class SchemaTimeline:
                 current = catalog.get(db, name)
                 seg.add(qualified, TableVersion(current.copy() if current else None, ev.key, where))
         self._segments.append(seg)
+        self._previous = catalog
 
     def at(self, database: str, table: str, key: Key) -> TableVersion | None:
         """The version of db.table valid at `key`, or None when the timeline never heard of the table."""
