@@ -50,7 +50,7 @@ def write_sample_binlogs(workdir: Path) -> list[Path]:
 
 def run_demo(workdir: str | Path) -> int:
     from .lake.ingest import IngestOptions, run_ingest
-    from .lake.query import run_query, trace
+    from .lake.query import lake_tables, run_query, trace
 
     work = Path(workdir).resolve()
     if work.exists():
@@ -73,9 +73,8 @@ def run_demo(workdir: str | Path) -> int:
                          progress=lambda msg: print(f"[ingest] {msg}"))
     print(summary.text())
     print("\n[demo] table counts:")
-    counts = run_query(str(lake), "SELECT 'shop.customers' AS t, count(*) AS n FROM shop.customers UNION ALL "
-                                  "SELECT 'shop.customers__history', count(*) FROM shop.customers__history UNION ALL "
-                                  "SELECT 'shop.all_types', count(*) FROM shop.all_types")
+    counts = run_query(str(lake), " UNION ALL ".join(f"SELECT '{name}' AS t, count(*) AS n FROM {name}"
+                                                     for name in sorted(lake_tables(str(lake)))) + " ORDER BY t")
     for row in counts.to_pylist():
         print(f"  {row['t']:28} {row['n']}")
     print("\n[demo] shop.customers now (city moved before name by an ALTER mid-stream; names follow it):")

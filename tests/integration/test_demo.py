@@ -11,6 +11,7 @@ def test_demo_ingests_and_traces(tmp_path, capsys, mariadb_servers) -> None:
     assert code == 0, out
     assert "shop.customers               3" in out
     assert "shop.customers__history      7" in out
+    assert "shop.all_types__history      67" in out  # every lake table is counted, history included
     # The row inserted after `ALTER ... MODIFY city ... AFTER id` keeps city and name apart.
     assert "{'id': 40, 'city': 'Zürich', 'name': 'Linus'" in out
     trace = [line for line in out.splitlines() if " at mysql-bin." in line]
