@@ -146,11 +146,18 @@ def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableM
             default = None
             if new_def is not None:
                 value = default_value(new_def.columns[i], ddl_time)
-                default = pa.array([value], target)[0] if value is not None else None
+                default = _default_scalar(value, target) if value is not None else None
             changes.append(ColumnChange.add(col.key, target, default=default, position=i))
         elif existing.get(src) is not None and existing[src] != target:
             changes.append(ColumnChange.convert(col.key, target, converter=_converter(target)))
     return changes
+
+
+def _default_scalar(value: object, target: pa.DataType) -> pa.Scalar:
+    """A DDL default as a value of the column's Arrow type (temporal defaults come as text: '2020-02-29')."""
+    if isinstance(value, str) and pa.types.is_temporal(target):
+        return pa.array([value]).cast(target)[0]
+    return pa.array([value], target)[0]
 
 
 def _converter(target: pa.DataType):

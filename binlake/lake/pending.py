@@ -53,6 +53,10 @@ class PendingBatch:
     quarantine: dict[str, Any] | None = None  # stage, failures, at
     control_events: int = 0  # quarantine/release records written to the control table for this batch
     seconds: dict[str, float] = field(default_factory=dict)
+    # name -> the schema version in force at the batch end where it differs from the one the batch's rows or the
+    # registry leave the current table in (DDL after the table's last row change): version, definition, mariadb,
+    # ddl (its source and position). merge_batch alters the current table to it.
+    schema_end: dict[str, dict] = field(default_factory=dict)
 
     def file_states(self) -> list[FileState]:
         out = []

@@ -5,7 +5,8 @@ failed (README "Quality gates"):
                       batch in the lake, append history (app txn). Resumes an unpublished batch instead of
                       starting a new one.
     gate_before_merge Great Expectations gates on the decoded batch      -> GateFailed (batch quarantined)
-    merge_batch       current-table MERGEs, segment by segment of schema version (app txn)
+    merge_batch       current-table MERGEs, segment by segment of schema version, then the DDL after a table's
+                      last row change (the schema at the batch end, schema_end.py) (app txn)
     gate_after_merge  gates on the merged current tables                -> GateFailed (merges restored)
     publish_batch     the control table advances (the watermark moves); the pending batch is closed
 
@@ -54,6 +55,7 @@ from .ingest import (
 )
 from .layout import LakeLayout
 from .pending import BatchStore, PendingBatch
+from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
 
 __all__ = [
@@ -162,11 +164,29 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
         pb.tables[name] = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key),
                            "file": names[name], "rows": history.num_rows,
                            "newest_commit_ts": newest.isoformat() if newest else None}
+    pb.schema_end = _schema_at_end(engine, layout, resolver, pb, table_maps, todo)
     pb.seconds = seconds
     store.save(pb)  # from here on, the batch is resumed rather than decoded again
     pb.seconds["persist batch"] = time.perf_counter() - t0
     _append_history(engine, layout, store, pb, progress, histories)
     return batch
+
+
+def _schema_at_end(engine: DeltaEngine, layout: LakeLayout, resolver, pb: PendingBatch, table_maps: dict,
+                   todo: list) -> dict[str, dict]:
+    """The schema version in force at the batch end of every table with a current table (in the registry) or
+    rows in the batch, where it is later than the one the batch's last rows or the registry leave it in."""
+    key = end_key(pb.files)
+    if key is None:
+        return {}
+    held = {name: row["version"] for name, row in _Registry(engine, layout).rows.items()}
+    for name, info in pb.tables.items():
+        if info["has_pk"]:
+            held[name] = table_maps[name][1].schema_version
+    if not held:
+        return {}
+    path, st = max(todo, key=lambda item: item[1].file_seq)
+    return end_versions(resolver.timeline, key, held, file_is_mariadb(path, st.file))
 
 
 def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, pa.Table], dict[str, tuple]]:
@@ -272,6 +292,9 @@ def undo_merge(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: P
     versions included, so merging the batch again really merges)."""
     targets = [(layout.current_path(t["database"], t["table"]), pb.premerge.get("tables", {}).get(name, {}))
                for name, t in pb.tables.items() if t["has_pk"]]
+    targets += [(layout.current_path(end["database"], end["table"]), {"version": pb.premerge["schema_end"][name]})
+                for name, end in pb.schema_end.items() if name not in pb.tables and name in
+                pb.premerge.get("schema_end", {})]
     targets.append((layout.tables_path, {"version": pb.premerge.get("registry_version")}))
     for path, pre in targets:
         if not engine.exists(path):
@@ -310,17 +333,28 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     if not pb.premerge:  # the state before the batch's first merge commit; kept across retries and restores
         pb.premerge = {"registry_version": engine.version(layout.tables_path),
                        "tables": {name: premerge_figures(engine, layout, pb.tables[name], plan)
-                                  for name, plan in plans.items()}}
+                                  for name, plan in plans.items()},
+                       "schema_end": {name: _table_version(engine, layout.current_path(end["database"], end["table"]))
+                                      for name, end in pb.schema_end.items() if name not in pb.tables
+                                      and engine.exists(layout.current_path(end["database"], end["table"]))}}
         store.save(pb)
     registry = _Registry(engine, layout)
     for name, plan in plans.items():
         merges = _merge_segments(engine, layout, registry, name, plan, batch)
         pb.committed.setdefault(name, {})["current"] = merges
+    # DDL after a table's last row change: the table is altered to the version in force at the batch end. Its
+    # app-txn step follows every step its segments can take (at most two each: an ALTER and a merge).
+    apply_end_versions(engine, layout, registry, pb.schema_end, batch,
+                       {name: 2 * len(plan) for name, plan in plans.items()})
     registry.commit(batch)
     pb.gates["merge"] = {"done": True}
     pb.seconds["merge"] = time.perf_counter() - t0
     store.save(pb)
     return dict(pb.committed)
+
+
+def _table_version(engine: DeltaEngine, path: str) -> int | None:
+    return engine.version(path) if engine.exists(path) else None
 
 
 def net_changes(plan: list[tuple]) -> tuple[list[str], pa.Table] | None:
