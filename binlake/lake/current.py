@@ -263,10 +263,7 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
             if backfill is not None:
                 (rows, keys), evolved = backfill, True
             else:
-                old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
-                changes = schema_changes(old_cols, table_def, tm, current, None)
-                if changes:
-                    engine.replace_schema(path, changes, app, batch * 1000 + step)
+                alter_to(engine, path, current, table_def, tm, app, batch * 1000 + step)
                 step += 1
         engine.merge(path, rows, keys, app, batch * 1000 + step)
         step += 1
@@ -274,6 +271,17 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
         if not evolved:
             registry.set(name, version, tm.schema)
     return merges
+
+
+def alter_to(engine, path: str, current: pa.Schema, table_def: TableDef | None, tm: TableMap, app: str,
+             version: int) -> bool:
+    """Alter the current table at `path` (schema `current`, layout `table_def`) to `tm`'s version, as the server's
+    ALTER did, in one commit with the app-transaction version given. Returns whether anything changed."""
+    old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
+    changes = schema_changes(old_cols, table_def, tm, current, None)
+    if changes:
+        engine.replace_schema(path, changes, app, version)
+    return bool(changes)
 
 
 def _has_layout(table_schema: pa.Schema, tm: TableMap) -> bool:

@@ -15,8 +15,7 @@ from ..binlog.tablemap import TableMap
 from ..schema.guard import apply_version
 from ..schema.model import TableDef
 from ..schema.timeline import Key, SchemaTimeline, TableVersion
-from .current import event_seq, newest_seq, schema_changes
-from .engines import SEQ
+from .current import alter_to, event_seq, newest_seq
 
 
 def end_key(files: list[dict]) -> Key | None:
@@ -98,12 +97,8 @@ def apply_end_versions(engine, layout, registry, schema_end: dict[str, dict], ba
         if newest is not None and event_seq(*end["ddl"]["key"]) <= newest:
             continue  # the table holds changes made after this DDL: it is already past it
         tm = end_table_map(end)
-        current = engine.read(path).schema
-        old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
-        changes = schema_changes(old_cols, table_def, tm, current, None)
-        if changes:
-            engine.replace_schema(path, changes, layout.app_id("current", end["database"], end["table"]),
-                                  batch * 1000 + first_step.get(name, 0))
+        if alter_to(engine, path, engine.read(path).schema, table_def, tm,
+                    layout.app_id("current", end["database"], end["table"]), batch * 1000 + first_step.get(name, 0)):
             altered.append(name)
         registry.set(name, end["version"], tm.schema)
     return altered

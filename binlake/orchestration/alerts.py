@@ -2,13 +2,11 @@
 
 Every alert names the instance, the table (when one is known), the interval and the reason. Delivery is the
 Airflow notifiers' job (plugins/binlake_airflow/notifiers.py): a log line always, the webhook and email when
-configured. `post_json` is the webhook call they use.
+configured, through `binlake.quality.alerts.post_json`.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,11 +41,3 @@ def lag_alert(instance: str, interval: tuple[str | None, str | None], lag_second
     return PipelineAlert("lag_beyond_sla", instance, interval,
                          f"the lake is {lag_seconds / 60:.0f} min behind the interval end (newest change {newest}); "
                          f"the SLA is {sla_minutes} min", details={"lag_seconds": lag_seconds}, **context)
-
-
-def post_json(url: str, payload: dict[str, Any], timeout: float) -> int:
-    """POST the payload as JSON; returns the HTTP status (raises on connection errors and HTTP errors)."""
-    body = json.dumps(payload, default=str).encode()
-    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return resp.status

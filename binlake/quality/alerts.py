@@ -37,6 +37,15 @@ class Alert:
         return {"event": "binlake.gate_failed", "summary": self.summary, **asdict(self)}
 
 
+def post_json(url: str, payload: dict, timeout: float) -> int:
+    """POST the payload as JSON; returns the HTTP status (raises on connection errors and HTTP errors). The
+    webhook call of every binlake alert (gates here, the Airflow notifiers)."""
+    body = json.dumps(payload, default=str).encode()
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status
+
+
 def send_alert(config: AlertConfig | None, alert: Alert) -> dict[str, str]:
     """Deliver `alert` on every configured channel; returns channel -> "sent" or the error text."""
     config = config or AlertConfig()
@@ -44,11 +53,8 @@ def send_alert(config: AlertConfig | None, alert: Alert) -> dict[str, str]:
     outcome = {"log": "sent"}
     if config.webhook_url:
         try:
-            body = json.dumps(alert.payload(), default=str).encode()
-            req = urllib.request.Request(config.webhook_url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=config.webhook_timeout) as resp:
-                outcome["webhook"] = "sent" if 200 <= resp.status < 300 else f"HTTP {resp.status}"
+            status = post_json(config.webhook_url, alert.payload(), config.webhook_timeout)
+            outcome["webhook"] = "sent" if 200 <= status < 300 else f"HTTP {status}"
         except Exception as exc:
             outcome["webhook"] = f"failed: {exc}"
             log.error("alert webhook %s failed: %s", config.webhook_url, exc)

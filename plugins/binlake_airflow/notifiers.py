@@ -15,7 +15,8 @@ from typing import Any
 from airflow.sdk import BaseHook, BaseNotifier
 
 from binlake.config import AlertConfig, load_config
-from binlake.orchestration.alerts import PipelineAlert, post_json
+from binlake.orchestration.alerts import PipelineAlert
+from binlake.quality.alerts import post_json
 
 log = logging.getLogger("binlake.alerts")
 
