@@ -30,11 +30,16 @@ class MariaDBServers:
         self.base = base
         self.servers: dict[str, PrivateMariaDB] = {}
 
-    def get(self, row_metadata: str = "FULL") -> PrivateMariaDB:
+    def get(self, row_metadata: str = "FULL", extra_args: tuple[str, ...] = ()) -> PrivateMariaDB:
+        """The server for a binlog_row_metadata mode (FULL, MINIMAL, NO_LOG), with extra server options if given
+        (each distinct set of options is its own server)."""
         mode = row_metadata.upper()
-        if mode not in self.servers:
-            self.servers[mode] = PrivateMariaDB.start(row_metadata=mode, base_dir=self.base / mode.lower())
-        return self.servers[mode]
+        key = " ".join((mode, *extra_args))
+        if key not in self.servers:
+            name = "".join(c if c.isalnum() else "_" for c in key.lower())[:60]
+            self.servers[key] = PrivateMariaDB.start(row_metadata=mode, base_dir=self.base / name,
+                                                     extra_args=extra_args)
+        return self.servers[key]
 
     def stop_all(self) -> None:
         for server in self.servers.values():

@@ -481,11 +481,12 @@ class _FileState:
         table_id = int.from_bytes(buf[body : body + id_len], "little")
         raw = bytes(buf[body + id_len : end])
         resolver = self.opts.table_resolver
-        key: object = raw
+        # The same bytes decode differently on MariaDB (which types SIGNEDNESS covers) and under different schema
+        # versions: both are in the key.
+        key: object = (raw, fde.is_mariadb)
         if resolver is not None:
-            # The same bytes decode differently under different schema versions: the version is in the key.
             db, table = table_map_names(buf, body + id_len + 2, end)
-            key = (raw, resolver.version_key(db, table, self.name, ev.pos))
+            key = (raw, fde.is_mariadb, resolver.version_key(db, table, self.name, ev.pos))
         cache = self.d._decoder_cache
         cached = cache.get(key)
         if cached is None:

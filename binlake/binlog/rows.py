@@ -14,7 +14,7 @@ from .events import maria_uncompress
 from .fde import FormatDescription
 from .packing import BodyError, need, packed_int, take
 from .rowcodegen import compile_image_decoder
-from .tablemap import CHARACTER_TYPES, NUMERIC_TYPES, Column, TableMap
+from .tablemap import CHARACTER_TYPES, Column, TableMap, signedness_types
 from .values import ValueError_, column_decoder, string_real_type
 
 U16 = struct.Struct("<H")
@@ -136,13 +136,14 @@ def parse_table_map(buf: bytes, body: int, end: int, fde: FormatDescription) -> 
     for i, col in enumerate(columns):
         col.nullable = bool(nulls[i // 8] & (1 << (i % 8)))
     tm = TableMap(table_id, db.decode("utf-8", "replace"), tbl.decode("utf-8", "replace"), columns, flags)
-    _parse_optional_metadata(tm, buf, off, end)
+    _parse_optional_metadata(tm, buf, off, end, fde.is_mariadb)
     return tm
 
 
-def _parse_optional_metadata(tm: TableMap, buf: bytes, off: int, end: int) -> None:
+def _parse_optional_metadata(tm: TableMap, buf: bytes, off: int, end: int, mariadb: bool) -> None:
     cols = tm.columns
-    numeric = [c for c in cols if c.type in NUMERIC_TYPES]
+    covered = signedness_types(mariadb)
+    numeric = [c for c in cols if c.type in covered]
     character = [c for c in cols if c.type in CHARACTER_TYPES]
     enum_set = [c for c in cols if c.type in (T.ENUM, T.SET)]
     enums = [c for c in cols if c.type == T.ENUM]
@@ -160,7 +161,8 @@ def _parse_optional_metadata(tm: TableMap, buf: bytes, off: int, end: int) -> No
         if ftype == TableMapMeta.SIGNEDNESS:
             bits = _msb_bits(bytes(buf[off:fend]), len(numeric))
             for c, unsigned in zip(numeric, bits, strict=False):
-                c.signed = not unsigned
+                if c.type != T.YEAR:  # MariaDB's YEAR takes a bit (always unsigned) that says nothing new
+                    c.signed = not unsigned
             tm.signedness_known = True
         elif ftype in (TableMapMeta.DEFAULT_CHARSET, TableMapMeta.ENUM_AND_SET_DEFAULT_CHARSET):
             targets = character if ftype == TableMapMeta.DEFAULT_CHARSET else enum_set

@@ -49,8 +49,17 @@ class Column:
 
 
 INTEGER_TYPES = frozenset({ColumnType.TINY, ColumnType.SHORT, ColumnType.INT24, ColumnType.LONG, ColumnType.LONGLONG})
-# Types whose signedness bit appears in SIGNEDNESS metadata (the server's "numeric" types; YEAR is not one).
+# Types whose signedness bit appears in SIGNEDNESS metadata, one bit per such column in column order.
+# MySQL: its is_numeric_type() list, integers, FLOAT, DOUBLE and NEWDECIMAL (YEAR and BIT are not in it).
 NUMERIC_TYPES = frozenset(INTEGER_TYPES | {ColumnType.FLOAT, ColumnType.DOUBLE, ColumnType.NEWDECIMAL})
+# MariaDB: every column whose field is a numeric field (Field_num), which also covers YEAR (a TINYINT UNSIGNED
+# underneath) and the pre-5.0 DECIMAL; BIT is not one. Checked on MariaDB 10.11: a YEAR column takes a bit.
+MARIADB_NUMERIC_TYPES = frozenset(NUMERIC_TYPES | {ColumnType.YEAR, ColumnType.DECIMAL})
+
+
+def signedness_types(mariadb: bool) -> frozenset[int]:
+    """The column types the SIGNEDNESS bitmap has a bit for, on MariaDB or on MySQL."""
+    return MARIADB_NUMERIC_TYPES if mariadb else NUMERIC_TYPES
 # Types carrying a character set in COLUMN_CHARSET metadata (ENUM/SET are separate).
 CHARACTER_TYPES = frozenset(
     {

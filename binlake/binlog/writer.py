@@ -54,7 +54,7 @@ from .constants import ColumnType as T
 from .constants import EventType as E
 from .constants import TableMapMeta as M
 from .packing import encode_packed_int
-from .tablemap import CHARACTER_TYPES, NUMERIC_TYPES, Column, TableMap
+from .tablemap import CHARACTER_TYPES, Column, TableMap, signedness_types
 
 __all__ = ["BinlogWriter", "GtidSet", "Transaction", "column", "packed_int"]
 
@@ -113,6 +113,10 @@ packed_int = encode_packed_int
 
 def _server_version_number(version: str) -> int:
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if m and "mariadb" in version.lower() and len(version.encode()) < SERVER_VERSION_LEN:
+        # A MariaDB version string: the file keeps MySQL 8.0's event layout, the TABLE_MAPs follow MariaDB's
+        # metadata rules (see _optional_metadata). For decoder tests of MariaDB table-map facts only.
+        return 80036
     if not m or (int(m[1]), int(m[2])) != (8, 0) or int(m[3]) < 27:
         raise ValueError(f"server_version {version!r}: this writer lays files out as MySQL 8.0.27 to 8.0.x do")
     if len(version.encode()) >= SERVER_VERSION_LEN:
@@ -852,15 +856,18 @@ def _labels_field(ftype: int, cols: list[Column], attr: str) -> bytes:
     return _tlv(ftype, bytes(body)) if cols else b""
 
 
-def _optional_metadata(cols: list[Column], primary_key: list[int] | None, full: bool) -> bytes:
-    """The TLV fields in Table_map_log_event::init_metadata_fields order (MINIMAL: the first three only)."""
-    numeric = [c for c in cols if c.type in NUMERIC_TYPES]
+def _optional_metadata(cols: list[Column], primary_key: list[int] | None, full: bool, mariadb: bool = False) -> bytes:
+    """The TLV fields in Table_map_log_event::init_metadata_fields order (MINIMAL: the first three only).
+    With `mariadb` the SIGNEDNESS bitmap covers MariaDB's set of numeric types (YEAR included)."""
+    covered = signedness_types(mariadb)
+    numeric = [c for c in cols if c.type in covered]
     character = [c for c in cols if c.type in CHARACTER_TYPES]
     enum_set = [c for c in cols if c.type in (T.ENUM, T.SET)]
     geoms = [c for c in cols if c.type == T.GEOMETRY]
     out = bytearray()
     if numeric:
-        out += _tlv(M.SIGNEDNESS, _msb_bitmap([c.signed is False for c in numeric]))
+        # MariaDB flags YEAR unsigned.
+        out += _tlv(M.SIGNEDNESS, _msb_bitmap([c.signed is False or c.type == T.YEAR for c in numeric]))
     coll = [c.collation if c.collation is not None else UTF8MB4_0900_AI_CI for c in character]
     out += _charset_field(coll, M.DEFAULT_CHARSET, M.COLUMN_CHARSET)
     if geoms:
@@ -889,7 +896,7 @@ def _name_bytes(what: str, name: str) -> bytes:
     return raw
 
 
-def _table_map_body(tm: TableMap, full: bool) -> bytes:
+def _table_map_body(tm: TableMap, full: bool, mariadb: bool = False) -> bytes:
     cols = tm.columns
     types, metas = bytearray(), bytearray()
     for c in cols:
@@ -905,16 +912,16 @@ def _table_map_body(tm: TableMap, full: bool) -> bytes:
         tm.table_id.to_bytes(6, "little"), _U16.pack(tm.flags),
         bytes((len(db),)), db, b"\0", bytes((len(tbl),)), tbl, b"\0",
         packed_int(len(cols)), bytes(types), packed_int(len(metas)), bytes(metas), bytes(nulls),
-        _optional_metadata(cols, tm.primary_key, full),
+        _optional_metadata(cols, tm.primary_key, full, mariadb),
     ))
 
 
 class _Table:
     """A defined table: its TABLE_MAP body and a row-image encoder."""
 
-    def __init__(self, tm: TableMap, full: bool) -> None:
+    def __init__(self, tm: TableMap, full: bool, mariadb: bool = False) -> None:
         self.map = tm
-        self.table_map_body = _table_map_body(tm, full)
+        self.table_map_body = _table_map_body(tm, full, mariadb)
         self.encoders = [_encoder(c) for c in tm.columns]
         self.nullable = [c.nullable for c in tm.columns]
         self.ncols = len(tm.columns)
@@ -961,6 +968,8 @@ class BinlogWriter:
     - `start_gtid` ('uuid:N'): gtid_mode=ON, transactions numbered N, N+1, ...; without it ANONYMOUS_GTID events.
     - `previous_gtids` ('uuid:1-5:7,uuid2:1-3') goes into the first file's PREVIOUS_GTIDS event.
     - `row_metadata`: binlog_row_metadata FULL or MINIMAL. `checksum`: binlog_checksum CRC32 or NONE.
+    - `server_version`: 8.0.27+; a MariaDB version string ('10.11.19-MariaDB') keeps the MySQL 8.0 event layout
+      but writes TABLE_MAP metadata by MariaDB's rules (SIGNEDNESS covers YEAR), to test the decoder's flavours.
     - `timestamp` (epoch seconds, datetime, None = now) dates the file's first events; `startup` says the file is
       the first after a server start (only then the FDE carries its creation time).
     - `original_server_version`: as on a replica, GTID events carry both versions.
@@ -1113,7 +1122,7 @@ class BinlogWriter:
         if primary_key and not all(0 <= i < len(columns) for i in primary_key):
             raise ValueError(f"{database}.{table}: primary key {primary_key} names a column that does not exist")
         tm = TableMap(table_id, database, table, list(columns), TM_BIT_LEN_EXACT_F, list(primary_key or []) or None)
-        self._tables[table_id] = _Table(tm, self.full_metadata)
+        self._tables[table_id] = _Table(tm, self.full_metadata, "mariadb" in self.server_version.lower())
         return tm
 
     def _table(self, table: TableMap | int) -> _Table:
