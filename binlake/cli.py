@@ -4,23 +4,69 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__
-from .binlog.errors import BinlogError
+from .binlog.errors import BinlogError, SchemaMismatch
 from .binlog.output import OutputError
+from .exitcodes import ExitCode, UnavailableError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit code 2, ExitCode.USAGE)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(ExitCode.USAGE, f"binlake: error: {self.prog}: {message} (see --help)\n")
+
+
+def _count(minimum: int):
+    """An argparse type: an integer >= minimum."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
+    return value
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc}): {text!r}") from None
+    return text
 
 
 def _add_decode_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", help="binlog files (plain or gzip), read in the order given")
     p.add_argument("--sort", action="store_true", help="read the files in binlog sequence-number order")
-    p.add_argument("--start-position", type=int, help="first event position to read (applies to the first file)")
-    p.add_argument("--stop-position", type=int, help="stop before the event at this position (last file)")
+    p.add_argument("--start-position", type=_count(0), help="first event position to read (applies to the first file)")
+    p.add_argument("--stop-position", type=_count(0), help="stop before the event at this position (last file)")
     p.add_argument("--start-time", help="skip events before this ISO 8601 time (UTC unless a zone is given)")
     p.add_argument("--stop-time", help="skip events at or after this ISO 8601 time")
     p.add_argument("--databases", help="comma-separated databases to keep")
-    p.add_argument("--tables", help="regular expression on db.table to keep")
+    p.add_argument("--tables", type=_regex, help="regular expression on db.table to keep")
     p.add_argument("--ops", help="comma-separated operations to keep: insert,update,delete")
     p.add_argument("--schemas", help="DDL snapshot store, or a directory of <db>.sql files: name and check "
                    "every rows event against the schema valid at its position")
@@ -85,17 +131,25 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
     files = order_files(args.files, args.sort)
     opts = _options_from(args, files, all_events=args.all_events)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    # -o: written to a temporary name beside the target and renamed when complete; removed on any error.
+    tmp = f"{args.output}.{os.getpid()}.part" if args.output else None
+    out = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout  # noqa: SIM115
     bar, where = _file_progress(args, files, "decode", to_stdout=not args.output)
+    ok = False
     try:
         n, decoder = decode_to(files, out, args.format, opts, progress=where)
         if bar:
             bar.finish()
+        ok = True
     finally:
         if bar:
             bar.close()
-        if args.output:
+        if tmp:
             out.close()
+            if ok:
+                os.replace(tmp, args.output)
+            else:
+                os.unlink(tmp)
     _report_schema(opts, decoder)
     for r in decoder.results:
         if r.end is not None and r.end.status != "complete":
@@ -142,7 +196,12 @@ def cmd_schema_snapshot(args: argparse.Namespace) -> int:
     from .schema.api import changed_tables, take_snapshot
     from .schema.store import SnapshotStore
 
-    stored, name, snap = take_snapshot(args.mysql, args.out, args.instance, args.include, args.exclude)
+    try:
+        stored, name, snap = take_snapshot(args.mysql, args.out, args.instance, args.include, args.exclude)
+    except Exception as exc:
+        if type(exc).__module__.startswith("pymysql"):
+            raise _mysql_failed(args.mysql, exc) from exc
+        raise
     summary = {"stored": stored, "snapshot": name, "tables": len(snap.ddl), "binlog_file": snap.binlog_file,
                "binlog_pos": snap.binlog_pos}
     if stored:
@@ -171,7 +230,7 @@ def ingest_options(args: argparse.Namespace):
 
 def _add_quality_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expectations", help="user expectations file (schemas/expectations.yml format)")
-    p.add_argument("--max-lag", type=float, help="freshness gate: newest change at most this many seconds older "
+    p.add_argument("--max-lag", type=_seconds, help="freshness gate: newest change at most this many seconds older "
                    "than the batch end (default: not checked)")
     p.add_argument("--alert-webhook", help="URL that gate-failure alerts are POSTed to (JSON)")
     p.add_argument("--alert-email", action="append", default=[], help="alert recipient (needs --smtp-host)")
@@ -244,9 +303,7 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
             bar.update(done, total)
 
     try:
-        summary = run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
-                                pipeline=args.pipeline, method=args.method, watermark_table=args.watermark_table,
-                                progress=progress)
+        summary = _bootstrap(args, run_bootstrap, tables, progress)
     finally:
         if bar:
             bar.close()
@@ -254,13 +311,28 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap(args, run_bootstrap, tables, progress):
+    try:
+        return run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
+                             pipeline=args.pipeline, method=args.method, watermark_table=args.watermark_table,
+                             progress=progress)
+    except Exception as exc:
+        if type(exc).__module__.startswith("pymysql"):
+            raise _mysql_failed(args.mysql, exc) from exc
+        raise
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from .lake.query import trace
 
+    if any("=" not in kv for kv in args.key):
+        raise UsageError(f"--key takes column=value, not {next(kv for kv in args.key if '=' not in kv)!r}")
+    if args.table.count(".") != 1 or not all(args.table.split(".")):
+        raise UsageError(f"--table takes db.table, not {args.table!r}")
     rows = trace(args.lake, args.table, dict(kv.split("=", 1) for kv in args.key), engine=args.engine)
     if not rows:
         print(f"no change of {args.table} with {' '.join(args.key)} in the lake")
-        return 1
+        return ExitCode.NOT_FOUND
     for r in rows:
         print(r)
     return 0
@@ -322,11 +394,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="binlake",
         description="MySQL/MariaDB binary logs into Delta Lake: decode, inspect and ingest binlog files.",
     )
     parser.add_argument("--version", action="version", version=f"binlake {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error "
+                        "(also BINLAKE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("decode", help="decode binlog files to JSON lines, SQL or rollback SQL")
@@ -339,13 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="row counts per table and operation, transactions, throughput over time")
     _add_decode_filters(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--top", type=int, default=10, help="how many largest/longest transactions to list")
+    p.add_argument("--top", type=_count(0), default=10, help="how many largest/longest transactions to list")
     p.add_argument("--html", metavar="OUT", help="also write the report as one self-contained HTML page with charts")
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("report", help="HTML page with charts for a lake batch: volume, transactions/s, lag")
     p.add_argument("--lake", required=True, help="lake root directory")
-    p.add_argument("--batch", type=int, help="batch id (default: every batch)")
+    p.add_argument("--batch", type=_count(0), help="batch id (default: every batch)")
     p.add_argument("--out", required=True, help="HTML file to write")
     p.add_argument("--engine", default=None)
     p.add_argument("--pipeline", default="default")
@@ -377,9 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instance", default="default", help="source instance name (snapshot store, control table)")
     p.add_argument("--engine", default=None, help="delta-rs (default) or delta-spark")
     p.add_argument("--pipeline", default="default", help="pipeline name (part of every commit's app id)")
-    p.add_argument("--tables", help="regular expression on db.table to ingest")
+    p.add_argument("--tables", type=_regex, help="regular expression on db.table to ingest")
     p.add_argument("--databases", help="comma-separated databases to ingest")
-    p.add_argument("--split-mb", type=int, default=64, help="decode files larger than this as several ranges")
+    p.add_argument("--split-mb", type=_count(1), default=64, help="decode files larger than this as several ranges")
     p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
     _add_quality_options(p)
@@ -392,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lake", required=True)
     p.add_argument("--instance", default="default")
     p.add_argument("--pipeline", default="default")
-    p.add_argument("--chunk-rows", type=int, default=50_000, help="rows per chunk (integer primary keys)")
+    p.add_argument("--chunk-rows", type=_count(1), default=50_000, help="rows per chunk (integer primary keys)")
     p.add_argument("--method", choices=("auto", "snapshot", "watermark"), default="auto",
                    help="snapshot: MariaDB's binlog_snapshot_file/position; watermark: binlog positions observed "
                    "around each chunk (MySQL, RDS); auto: snapshot where the server reports it")
@@ -422,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
                          ("discard", "undo the batch; the next ingest decodes its range again")):
         q = quarantine_sub.add_parser(action, help=text)
         if action != "list":
-            q.add_argument("batch", type=int, help="batch number")
+            q.add_argument("batch", type=_count(0), help="batch number")
         q.add_argument("--lake", required=True)
         q.add_argument("--pipeline", default="default")
         q.add_argument("--engine", default=None)
@@ -437,45 +511,210 @@ def build_parser() -> argparse.ArgumentParser:
     p = quality_sub.add_parser("report", help="render every gate's results as one self-contained HTML page")
     p.add_argument("--lake", required=True)
     p.add_argument("--out", required=True, help="HTML file to write")
-    p.add_argument("--batch", type=int, help="only this batch")
+    p.add_argument("--batch", type=_count(0), help="only this batch")
     p.add_argument("--engine", default=None)
     p.set_defaults(func=cmd_quality_report)
 
     p = sub.add_parser("demo", help="write sample binlogs and decode them (no server, no network)")
     p.add_argument("--workdir", default=".binlake-demo", help="where the demo writes its files")
     p.set_defaults(func=cmd_demo)
+    _add_debug(sub)
     return parser
 
 
-def _quality_errors() -> tuple[type[Exception], ...]:
-    from .quality.gates import GateFailed
-    from .quality.quarantine import BatchQuarantined
+def _add_debug(sub: argparse._SubParsersAction) -> None:
+    """--debug after any subcommand too (`binlake decode --debug f`)."""
+    for p in set(sub.choices.values()):
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_debug(action)
 
-    return GateFailed, BatchQuarantined
+
+_LAKE_WRITERS = {"ingest", "bootstrap"}
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _input_file(path: str, what: str) -> None:
+    if not os.path.lexists(path):
+        raise UsageError(f"{what} {path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path}: is a directory, not a file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise UnavailableError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def _output_file(path: str, what: str) -> None:
+    """A file the command will write: its directory must exist and be writable; it must not be a directory."""
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"{what} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UnavailableError(f"{what} {path}: directory {parent} is not writable (read-only or no permission)")
+
+
+def _writable_dir(path: str, what: str) -> None:
+    """A directory the command writes into (created if missing): the nearest existing ancestor must be a writable
+    directory, and the directory itself, when it exists, too."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UsageError(f"{what} {path}: {probe} is a file, not a directory")
+    for sub in (probe, os.path.join(probe, "_binlake")):
+        if os.path.isdir(sub) and not os.access(sub, os.W_OK):
+            raise UnavailableError(f"{what} {path}: {sub} is not writable (read-only or no permission)")
+
+
+def _lake_to_read(path: str) -> None:
+    if not os.path.lexists(path):
+        raise UsageError(f"--lake {path}: no such directory")
+    if not os.path.isdir(path):
+        raise UsageError(f"--lake {path}: not a directory")
+    root = Path(path)
+    if not (root / "_binlake").is_dir() and not any(root.glob("*/*/_delta_log")):
+        raise UsageError(f"--lake {path}: not a binlake lake (no _binlake directory, no Delta tables)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Paths named on the command line, checked before anything is read or written: one line naming the option."""
+    command = args.command
+    for f in getattr(args, "files", None) or []:
+        _input_file(f, "input")
+    for opt in ("schemas",):
+        value = getattr(args, opt, None)
+        if value and not _is_remote(value) and not os.path.exists(value):
+            raise UsageError(f"--{opt} {value}: no such file or directory")
+    if getattr(args, "expectations", None) and not _is_remote(args.expectations):
+        _input_file(args.expectations, "--expectations")
+    for opt, value in (("--output", getattr(args, "output", None)), ("--html", getattr(args, "html", None))):
+        if value:
+            _output_file(value, opt)
+    if command in ("report", "quality") and getattr(args, "out", None):
+        _output_file(args.out, "--out")
+    if command == "schema" and not _is_remote(args.out):
+        _writable_dir(args.out, "--out")
+    if command == "demo":
+        _writable_dir(args.workdir, "--workdir")
+    lake = getattr(args, "lake", None)
+    if lake and not _is_remote(lake):
+        writes = command in _LAKE_WRITERS or getattr(args, "action", None) in ("release", "discard")
+        if writes:
+            _writable_dir(lake, "--lake")
+            if getattr(args, "action", None):
+                _lake_to_read(lake)
+        else:
+            _lake_to_read(lake)
+    if command == "ingest":
+        from .sources.fetch import parse_utc
+
+        parse_utc(args.window_from, "--from")
+        parse_utc(args.window_to, "--to")
+    landing = getattr(args, "landing", None)
+    if landing and not _is_remote(landing):
+        _writable_dir(landing, "--landing")
+
+
+def _redacted(url: str) -> str:
+    """A connection URL without its password, for messages."""
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def _mysql_failed(url: str, exc: Exception) -> UnavailableError:
+    return UnavailableError(f"--mysql {_redacted(url)}: {_one_line(exc)}")
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The documented exit code for an exception that reached the command line (README: Exit codes)."""
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int):
+        return ExitCode(code)
+    if isinstance(exc, SchemaMismatch):
+        return ExitCode.SCHEMA_MISMATCH
+    if isinstance(exc, (BinlogError, OutputError)):
+        return ExitCode.BAD_DATA
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return ExitCode.USAGE
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
+        return ExitCode.UNAVAILABLE  # permission denied, read-only or full disk, network errors
+    if isinstance(exc, (ValueError, re.error)):
+        return ExitCode.USAGE
+    mod = type(exc).__module__ or ""
+    if mod.startswith(("binlake.sources", "oss2", "urllib3", "requests", "http.client", "pymysql", "MySQLdb",
+                       "alibabacloud", "Tea")):
+        return ExitCode.UNAVAILABLE
+    return ExitCode.INTERNAL
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line (multi-line engine errors folded), control characters escaped."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}"
+    text = " ".join(text.split())
+    text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+def _debug_wanted(argv: Sequence[str] | None) -> bool:
+    args = sys.argv[1:] if argv is None else list(argv)
+    return "--debug" in args or os.environ.get("BINLAKE_DEBUG", "") not in ("", "0")
+
+
+def _broken_pipe() -> int:
+    """stdout was closed by its reader: leave quietly with 141 (as a process SIGPIPE killed), and point stdout
+    at /dev/null so the interpreter's final flush does not complain again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return ExitCode.BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+    debug = _debug_wanted(argv)
     try:
-        return args.func(args)
-    except BinlogError as exc:
-        print(f"binlake: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    except OutputError as exc:
-        print(f"binlake: error: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"binlake: error: {exc}", file=sys.stderr)
-        return 2
-    except _quality_errors() as exc:  # evaluated only when an exception propagates: no import cost otherwise
-        print(f"binlake: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 3
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return ExitCode.USAGE
+    try:
+        check_arguments(args)
+        code = args.func(args)
+        sys.stdout.flush()  # output lost to a closed pipe must not pass for success
+        return code
     except BrokenPipeError:
-        return 0
+        return _broken_pipe()
+    except KeyboardInterrupt:
+        print("binlake: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        code = exit_code_for(exc)
+        if debug:
+            traceback.print_exc()
+        try:
+            if code == ExitCode.INTERNAL:
+                print(f"binlake: internal error: {type(exc).__name__}: {_one_line(exc)} (re-run with --debug or "
+                      "BINLAKE_DEBUG=1 for the traceback)", file=sys.stderr)
+            elif isinstance(exc, BinlogError) or type(exc).__module__.startswith("binlake.quality"):
+                print(f"binlake: error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+            else:
+                print(f"binlake: error: {_one_line(exc)}", file=sys.stderr)
+        except BrokenPipeError:
+            pass
+        return code
 
 
 if __name__ == "__main__":

@@ -30,3 +30,15 @@ class ExitCode(enum.IntEnum):
     INTERNAL = 70
     #: Standard output was closed early (`binlake ... | head -1`): quiet, as a process killed by SIGPIPE (128+13).
     BROKEN_PIPE = 141
+
+
+class UsageError(Exception):
+    """A bad argument, path or setting; the message names it (one line)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class UnavailableError(Exception):
+    """Something outside binlake cannot be used (unreachable, permission denied, read-only); names it."""
+
+    exit_code = ExitCode.UNAVAILABLE

@@ -111,6 +111,7 @@ class EventStream:
         self._off = 0
         self._base = 0  # file position of _buf[0]
         self._eof = False
+        self._read_total = 0  # bytes read from the (decompressed) file so far
 
     # -- buffer management -------------------------------------------------------------------------------
     def _read_some(self, n: int) -> bytes:
@@ -118,12 +119,20 @@ class EventStream:
         parts = []
         want = n
         while want > 0:
-            chunk = self.f.read(want)
+            try:
+                chunk = self.f.read(want)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                # A gzip file whose compressed body is cut short or damaged: where in the decompressed stream.
+                at = self._read_total
+                if isinstance(exc, EOFError):
+                    raise TruncatedFile(f"gzip body ends early ({exc})", self.name, at) from None
+                raise CorruptEvent(f"gzip body is corrupt ({exc})", self.name, at) from None
             if not chunk:
                 self._eof = True
                 break
             parts.append(chunk)
             want -= len(chunk)
+            self._read_total += len(chunk)
         return b"".join(parts)
 
     def _ensure(self, n: int) -> bool:

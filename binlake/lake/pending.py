@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..exitcodes import ExitCode
 from .control import FileState
 
 STATES = ("prepared", "quarantined", "released", "published", "discarded")
@@ -32,6 +33,15 @@ def lake_fs(lake: str) -> tuple[pafs.FileSystem, str]:
     if "://" in lake:
         return pafs.FileSystem.from_uri(lake)
     return pafs.LocalFileSystem(), os.path.abspath(lake)
+
+
+class BatchNotFound(KeyError):
+    """No pending batch with that number (a KeyError for existing callers; a usage error on the command line)."""
+
+    exit_code = ExitCode.USAGE
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "no such batch"
 
 
 @dataclass
@@ -100,7 +110,7 @@ class BatchStore:
     def load(self, batch: int) -> PendingBatch:
         path = self._path(batch, "manifest.json")
         if self.fs.get_file_info(path).type != pafs.FileType.File:
-            raise KeyError(f"no pending batch {batch} of pipeline {self.pipeline!r} ({path})")
+            raise BatchNotFound(f"no pending batch {batch} of pipeline {self.pipeline!r} ({path})")
         with self.fs.open_input_stream(path) as f:
             return PendingBatch(**json.loads(f.read().decode()))
 

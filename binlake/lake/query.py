@@ -58,7 +58,11 @@ def trace(lake: str, table: str, key: dict[str, str], engine: str | None = None)
         if col not in history.column_names:
             raise ValueError(f"{table} has no column {col!r}")
     cols = list(key)
-    wanted = {tuple(pa.scalar(key[c]).cast(history.schema.field(c).type).as_py() for c in cols)}
+    try:
+        wanted = {tuple(pa.scalar(key[c]).cast(history.schema.field(c).type).as_py() for c in cols)}
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"--key {', '.join(f'{c}={key[c]}' for c in cols)}: not a value of {table}'s key "
+                         f"columns ({exc})") from None
     rows = history.select([*cols, "_before", "_op"]).to_pylist()
     # Follow the row through primary-key changes: an update from key A to key B is the same row.
     grew = True

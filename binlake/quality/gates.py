@@ -29,6 +29,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..exitcodes import ExitCode
 from .config import QualityConfig, UserExpectation, expectation_class, load_expectations
 from .runner import Check, ExpectationResult, validate
 
@@ -58,6 +59,8 @@ class GateReport:
 
 class GateFailed(Exception):
     """A gate failed: carries the table (the first failing one), the batch and the failing expectations."""
+
+    exit_code = ExitCode.QUARANTINED
 
     def __init__(self, report: GateReport) -> None:
         self.report = report

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import UTC, datetime
 
+from ..exitcodes import ExitCode
 from ..lake.control import ControlTable, FileState
 from .alerts import Alert, send_alert
 from .config import AlertConfig
@@ -22,6 +23,8 @@ from .runner import ExpectationResult
 
 class BatchQuarantined(RuntimeError):
     """The pipeline's pending batch is quarantined: inspect and release it (`binlake quarantine`)."""
+
+    exit_code = ExitCode.QUARANTINED
 
     def __init__(self, batch: int, info: dict | None) -> None:
         self.batch = batch

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from .base import ChecksumMismatchError, Source, SourceError, SourceFile, safe_file_name
+from .base import ChecksumMismatchError, Source, SourceConfigError, SourceError, SourceFile, safe_file_name
 from .local import list_local, resolve_source
 
 __all__ = ["ChecksumMismatchError", "LocalSource", "Source", "SourceError", "SourceFile", "list_local",
@@ -64,7 +64,7 @@ def open_source(spec: str, **options) -> Source:
 
         return OssSource(spec, **_accepted(OssSource, options))
     if "://" in spec:
-        raise SourceError(f"--source {spec!r}: unknown source kind (rds:INSTANCE, oss://bucket/prefix, local:DIR)")
+        raise SourceConfigError(f"--source {spec!r}: unknown source kind (rds:INSTANCE, oss://bucket/prefix, local:DIR)")
     location = spec[len("local:"):] if spec.startswith("local:") else spec
     return LocalSource(location, **_accepted(LocalSource, options))
 

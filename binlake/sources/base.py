@@ -13,14 +13,25 @@ from datetime import datetime
 from typing import BinaryIO, Protocol
 
 from ..binlog.api import sequence_number
+from ..exitcodes import ExitCode
 
 
 class SourceError(RuntimeError):
     """A source could not list or deliver a file; names the source and the file."""
 
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class SourceConfigError(SourceError, ValueError):
+    """The source is named or configured wrongly (unknown kind, no instance, no credentials, a bad option)."""
+
+    exit_code = ExitCode.USAGE
+
 
 class ChecksumMismatchError(SourceError):
     """A downloaded file's size or checksum differs from what the source announced."""
+
+    exit_code = ExitCode.BAD_DATA
 
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,254}$")

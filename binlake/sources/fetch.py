@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .base import ChecksumMismatchError, Source, SourceError, SourceFile
+from .base import ChecksumMismatchError, Source, SourceConfigError, SourceError, SourceFile
 from .landing import landed_path
 from .lineage import Continuation, applied_through, continuation, read_file_gtids
 
@@ -199,7 +199,7 @@ def parse_utc(text: str | None, option: str) -> datetime | None:
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise SourceError(f"{option}: {text!r} is not a UTC time like 2024-05-01T00:00:00Z") from None
+        raise SourceConfigError(f"{option}: {text!r} is not a UTC time like 2024-05-01T00:00:00Z") from None
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC)
 
 
@@ -220,7 +220,7 @@ def ingest_inputs(args) -> tuple[list[str], str, str]:
     source = open_source(spec, **{k: v for k, v in options.items() if v is not None})
     landing = getattr(args, "landing", None)
     if not landing:
-        raise SourceError(f"--source {spec}: --landing DIR is needed (where fetched files are put and verified)")
+        raise SourceConfigError(f"--source {spec}: --landing DIR is needed (where fetched files are put and verified)")
     start = parse_utc(getattr(args, "window_from", None), "--from")
     end = parse_utc(getattr(args, "window_to", None), "--to")
     landed = land_files(source, landing, start, end, lake=args.lake, pipeline=args.pipeline,

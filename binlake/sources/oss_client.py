@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import oss2
 
-from .base import SourceError
+from .base import SourceConfigError, SourceError
 
 T = TypeVar("T")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
@@ -83,11 +83,11 @@ class OssSettings:
         version = (auth_version or env.get("OSS_AUTH_VERSION") or ("v4" if region else "v1")).lower()
         for value, name in ((endpoint, "OSS_ENDPOINT"), (ak, "OSS_ACCESS_KEY_ID"), (secret, "OSS_ACCESS_KEY_SECRET")):
             if not value:
-                raise SourceError(f"OSS: {name} is not set (pass it or set the environment variable)")
+                raise SourceConfigError(f"OSS: {name} is not set (pass it or set the environment variable)")
         if version not in ("v1", "v4"):
-            raise SourceError(f"OSS: OSS_AUTH_VERSION must be v1 or v4, not {version!r}")
+            raise SourceConfigError(f"OSS: OSS_AUTH_VERSION must be v1 or v4, not {version!r}")
         if version == "v4" and not region:
-            raise SourceError("OSS: signature V4 needs a region (OSS_REGION, e.g. cn-hangzhou)")
+            raise SourceConfigError("OSS: signature V4 needs a region (OSS_REGION, e.g. cn-hangzhou)")
         assert endpoint and ak and secret
         return cls(endpoint, ak, secret, version, region, security_token or env.get("OSS_SECURITY_TOKEN") or None,
                    path_style=path_style)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-from .base import SourceError, SourceFile, safe_file_name
+from .base import SourceConfigError, SourceError, SourceFile, safe_file_name
 from .checksum import Crc64
 from .http import RangeReader, RetryPolicy
 from .landing import already_landed, commit_landed, landed_path, part_path
@@ -58,9 +58,9 @@ class RdsSource:
                  access_key_secret: str | None = None, lineage: str | None = None, public_link: bool = False,
                  page_size: int = 100, region_id: str | None = None, policy: RetryPolicy | None = None) -> None:
         if not instance:
-            raise SourceError("rds source: an instance id is needed (rds:INSTANCE)")
+            raise SourceConfigError("rds source: an instance id is needed (rds:INSTANCE)")
         if not 30 <= page_size <= 100:
-            raise SourceError(f"rds source: page_size must be 30..100, not {page_size}")
+            raise SourceConfigError(f"rds source: page_size must be 30..100, not {page_size}")
         self.instance = instance
         self.lineage = lineage
         self.public_link = public_link
@@ -70,7 +70,7 @@ class RdsSource:
         key_id = access_key_id or os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
         secret = access_key_secret or os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
         if not key_id or not secret:
-            raise SourceError("rds source: no credentials (set ALIBABA_CLOUD_ACCESS_KEY_ID and "
+            raise SourceConfigError("rds source: no credentials (set ALIBABA_CLOUD_ACCESS_KEY_ID and "
                               "ALIBABA_CLOUD_ACCESS_KEY_SECRET, or pass them from a connection)")
         endpoint = endpoint or DEFAULT_ENDPOINT
         protocol = "https"

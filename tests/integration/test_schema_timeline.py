@@ -21,6 +21,7 @@ from binlake.binlog.errors import SchemaMismatch
 from binlake.binlog.output import image_to_dict
 from binlake.binlog.records import RowChange
 from binlake.cli import main
+from binlake.exitcodes import ExitCode
 from binlake.schema.api import build_resolver, take_snapshot
 from binlake.schema.evolve import evolve_row
 
@@ -192,7 +193,7 @@ def test_c_cli_exits_non_zero_and_skip_reports_positions(minimal_run, tmp_path, 
     last = str(files[-1])
     code = main(["decode", "--schemas", str(stale), "--databases", "timeline_db", last])
     out, err = capsys.readouterr()
-    assert code == 1 and "SchemaMismatch" in err and out == ""
+    assert code == ExitCode.SCHEMA_MISMATCH and "SchemaMismatch" in err and out == ""
     code = main(["decode", "--schemas", str(stale), "--on-schema-mismatch", "skip", "--databases", "timeline_db",
                  last])
     out, err = capsys.readouterr()

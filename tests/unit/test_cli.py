@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from binlake.cli import main
+from binlake.exitcodes import ExitCode
 from tests.conftest import SHARED_BINLOGS
 
 BB = SHARED_BINLOGS / "blackbeam__rust_mysql_common"
@@ -91,13 +92,13 @@ def test_decode_sql_and_rollback(capsys) -> None:
 
 def test_sql_without_column_names_is_a_clear_error(capsys) -> None:
     code, _, err = run(capsys, "decode", "--format", "sql", str(ZALORA / "mysql-bin.01"))
-    assert code == 1
+    assert code == ExitCode.BAD_DATA
     assert "needs column names" in err and "test_db.buildings" in err
 
 
 def test_bad_magic_is_reported_with_file_and_position(capsys) -> None:
     code, _, err = run(capsys, "decode", str(SHARED_BINLOGS / "apecloud__mysql-binlog-connector-rust/non-binlog"))
-    assert code == 1
+    assert code == ExitCode.BAD_DATA
     assert "BadMagic" in err and "non-binlog at position 0" in err
 
 

@@ -1,0 +1,269 @@
+"""Bad input to every subcommand: one line on stderr naming what is wrong, the documented exit code (binlake.exitcodes),
+nothing written. Run in-process through `binlake.cli.main`, and as a real process where pipes and tracebacks matter."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from binlake.cli import main
+from binlake.exitcodes import ExitCode
+from tests.conftest import SHARED_BINLOGS
+
+BB = SHARED_BINLOGS / "blackbeam__rust_mysql_common"
+SMALL = BB / "mariadb-bin.000001"  # FULL metadata, 2 inserts into toddy_test.outbox
+SAKILA = SHARED_BINLOGS / "osheroff__mysql-binlog-connector-java/mysql-bin.sakila.gz"
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not BB.exists(), reason=f"fixture binlogs not found at {SHARED_BINLOGS}")
+
+
+def tree(path: Path) -> dict[str, str]:
+    """Every file under `path` with a hash of its bytes (directories as entries too)."""
+    out = {}
+    for p in sorted(path.rglob("*")):
+        out[str(p.relative_to(path))] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("lake") / "lake"
+    assert main(["ingest", "--source", f"local:{SMALL}", "--lake", str(root), "--no-progress", "--no-gates"]) == 0
+    return root
+
+
+def fails(capsys, work: Path, code: ExitCode, *args: str, says: str = "") -> str:
+    """Run, and check: the exit code, exactly one stderr line (naming `says`), nothing on stdout, no file under
+    `work` created or changed."""
+    before = tree(work)
+    got = main(list(args))
+    out, err = capsys.readouterr()
+    assert got == code, (args, got, err)
+    assert out == "", (args, out)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("binlake: "), (args, err)
+    assert "Traceback" not in err
+    assert says in lines[0], (args, lines[0])
+    assert tree(work) == before, args
+    return lines[0]
+
+
+def test_decode_bad_files(capsys, tmp_path: Path) -> None:
+    good = tmp_path / "good.000001"
+    shutil.copy(SMALL, good)
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", str(tmp_path / "missing.000001"), says="missing.000001")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", str(good), str(tmp_path), says=str(tmp_path))
+    fails(capsys, tmp_path, ExitCode.USAGE, "stats", str(tmp_path / "nope"), says="nope")
+    # gzip whose body is cut short, and one with damaged compressed bytes (seeded: the damage varies by seed)
+    data = SAKILA.read_bytes()
+    (tmp_path / "cut.000002.gz").write_bytes(data[: len(data) // 2])
+    fails(capsys, tmp_path, ExitCode.BAD_DATA, "stats", str(tmp_path / "cut.000002.gz"), says="cut.000002.gz")
+    rng = random.Random(14)
+    bad = bytearray(data)
+    for _ in range(8):
+        i = rng.randrange(200, len(bad) - 200)
+        bad[i] ^= 0xFF
+    (tmp_path / "bad.000003.gz").write_bytes(bytes(bad))
+    fails(capsys, tmp_path, ExitCode.BAD_DATA, "stats", str(tmp_path / "bad.000003.gz"), says="bad.000003.gz")
+    (tmp_path / "text.000004").write_text("hello\n")
+    fails(capsys, tmp_path, ExitCode.BAD_DATA, "stats", str(tmp_path / "text.000004"), says="BadMagic")
+
+
+def test_decode_bad_options(capsys, tmp_path: Path) -> None:
+    f = str(SMALL)
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--start-position", "-1", f, says="--start-position")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--start-position", "x", f, says="--start-position")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--tables", "(", f, says="--tables")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--ops", "upsert", f, says="--ops")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--stop-time", "soon", f, says="soon")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--format", "xml", f, says="--format")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--no-such-option", f, says="--no-such-option")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", says="files")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--schemas", str(tmp_path / "none"), f, says="--schemas")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "-o", str(tmp_path / "no" / "x.json"), f, says="--output")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "-o", str(tmp_path), f, says="--output")
+    fails(capsys, tmp_path, ExitCode.USAGE, "stats", "--top", "-3", f, says="--top")
+    fails(capsys, tmp_path, ExitCode.USAGE, "stats", "--html", str(tmp_path / "no" / "x.html"), f, says="--html")
+    fails(capsys, tmp_path, ExitCode.USAGE, "no-such-command", says="no-such-command")
+    # a data error while writing -o: the partial file is removed, nothing is left behind
+    fails(capsys, tmp_path, ExitCode.BAD_DATA, "decode", "--format", "sql", "-o", str(tmp_path / "out.sql"), str(SAKILA),
+          says="needs column names")
+
+
+def test_sources(capsys, tmp_path: Path, monkeypatch) -> None:
+    for k in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", "OSS_ENDPOINT", "OSS_REGION",
+              "OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET"):
+        monkeypatch.delenv(k, raising=False)
+    lake, land = str(tmp_path / "lake"), str(tmp_path / "landing")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "ftp://x", "--lake", lake, says="ftp://x")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "rds:", "--lake", lake, "--landing", land,
+          says="instance")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "rds:rm-x", "--lake", lake, "--landing", land,
+          says="credentials")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "oss://bkt-x/p", "--lake", lake, "--landing", land,
+          says="OSS_ENDPOINT")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{tmp_path / 'none'}", "--lake", lake,
+          says="no binlog files")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{SMALL}", "--lake", lake, "--from", "x",
+          says="--from")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{SMALL}", "--lake", lake, "--split-mb", "0",
+          says="--split-mb")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{SMALL}", "--lake", lake, "--expectations",
+          str(tmp_path / "none.yml"), says="--expectations")
+    # an OSS endpoint nobody listens on (a port of ours, closed again): unavailable, after the retries
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OSS_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OSS_ACCESS_KEY_ID", "ak")
+    monkeypatch.setenv("OSS_ACCESS_KEY_SECRET", "sk")
+    monkeypatch.setenv("OSS_AUTH_VERSION", "v1")
+    line = fails(capsys, tmp_path, ExitCode.UNAVAILABLE, "ingest", "--source", "oss://bkt-x/p", "--lake", lake,
+                 "--landing", land, says="oss://bkt-x/p")
+    assert "sk" not in line.split("oss://bkt-x/p", 1)[0]
+
+
+def test_lake_arguments(capsys, tmp_path: Path, lake: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{SMALL}", "--lake", str(afile), says="afile")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{SMALL}", "--lake", str(afile / "sub"),
+          says="afile")
+    for lk in (str(afile), str(tmp_path / "missing")):
+        fails(capsys, tmp_path, ExitCode.USAGE, "query", "--lake", lk, "SELECT 1", says=lk)
+        fails(capsys, tmp_path, ExitCode.USAGE, "trace", "--lake", lk, "--table", "a.b", "--key", "id=1", says=lk)
+        fails(capsys, tmp_path, ExitCode.USAGE, "quarantine", "list", "--lake", lk, says=lk)
+        fails(capsys, tmp_path, ExitCode.USAGE, "report", "--lake", lk, "--out", str(tmp_path / "r.html"), says=lk)
+    (tmp_path / "empty").mkdir()
+    fails(capsys, tmp_path, ExitCode.USAGE, "query", "--lake", str(tmp_path / "empty"), "SELECT 1",
+          says="not a binlake lake")
+    before = tree(lake)
+    fails(capsys, tmp_path, ExitCode.USAGE, "trace", "--lake", str(lake), "--table", "toddy_test.outbox", "--key", "id",
+          says="--key")
+    fails(capsys, tmp_path, ExitCode.USAGE, "trace", "--lake", str(lake), "--table", "outbox", "--key", "id=1",
+          says="--table")
+    fails(capsys, tmp_path, ExitCode.USAGE, "trace", "--lake", str(lake), "--table", "toddy_test.outbox", "--key",
+          "id=abc", says="id=abc")
+    fails(capsys, tmp_path, ExitCode.USAGE, "trace", "--lake", str(lake), "--table", "toddy_test.outbox", "--key",
+          "nope=1", says="nope")
+    for action in ("show", "release", "discard"):
+        fails(capsys, tmp_path, ExitCode.USAGE, "quarantine", action, "99", "--lake", str(lake), says="99")
+    fails(capsys, tmp_path, ExitCode.USAGE, "quarantine", "show", "-1", "--lake", str(lake), says="batch")
+    fails(capsys, tmp_path, ExitCode.USAGE, "bootstrap", "--mysql", "mysql://u:p@127.0.0.1:1/", "--tables", "nodot",
+          "--lake", str(tmp_path / "l2"), says="--tables")
+    fails(capsys, tmp_path, ExitCode.USAGE, "schema", "snapshot", "--mysql", "not-a-url", "--out",
+          str(tmp_path / "s"), says="--mysql")
+    fails(capsys, tmp_path, ExitCode.USAGE, "demo", "--workdir", str(afile), says="afile")
+    assert tree(lake) == before
+
+
+def test_unreachable_server_names_the_option_without_the_password(capsys, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"mysql://user:s3cret-pw@127.0.0.1:{port}/"
+    line = fails(capsys, tmp_path, ExitCode.UNAVAILABLE, "bootstrap", "--mysql", url, "--tables", "a.b", "--lake",
+                 str(tmp_path / "lake"), says="--mysql")
+    assert "s3cret-pw" not in line
+    line = fails(capsys, tmp_path, ExitCode.UNAVAILABLE, "schema", "snapshot", "--mysql", url, "--out",
+                 str(tmp_path / "store"), says="--mysql")
+    assert "s3cret-pw" not in line
+
+
+def test_read_only_lake(capsys, tmp_path: Path, lake: Path) -> None:
+    ro = tmp_path / "ro"
+    shutil.copytree(lake, tmp_path / "copy")
+    ro.mkdir()
+    if os.geteuid() != 0:
+        for p in [tmp_path / "copy", *(tmp_path / "copy").rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o555)
+        ro = tmp_path / "copy"
+        unmount = None
+    else:  # root ignores permission bits: a read-only bind mount
+        done = subprocess.run(["mount", "--bind", str(tmp_path / "copy"), str(ro)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a read-only mount as root here: {done.stderr.decode().strip()}")
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        unmount = ro
+    try:
+        before = tree(ro)
+        assert main(["ingest", "--source", f"local:{BB / 'json.binlog.000001'}", "--lake", str(ro),
+                     "--no-progress"]) == ExitCode.UNAVAILABLE
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and "not writable" in err and str(ro) in err
+        assert tree(ro) == before
+        # reading a read-only lake is fine
+        assert main(["query", "--lake", str(ro), "SELECT count(*) AS n FROM toddy_test.outbox__history"]) == 0
+        assert capsys.readouterr().out.split() == ["n", "2"]
+    finally:
+        if unmount is not None:
+            subprocess.run(["umount", str(unmount)], check=True)
+
+
+def _binlake(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "binlake.cli", *args], env=e, capture_output=True, cwd=ROOT, **kw)
+
+
+def test_broken_pipe_is_quiet_and_not_success(tmp_path: Path) -> None:
+    # the reader takes one line and closes the pipe (`| head -1`): no traceback, and never exit 0 with output lost
+    e = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "binlake.cli", "decode", "--no-progress", str(SAKILA)], env=e,
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"{")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == ExitCode.BROKEN_PIPE, err
+    assert err == ""
+    # a reader gone before the summary is printed (`| true`): the lake was written, the summary lost: not 0
+    lake = tmp_path / "lake"
+    proc = subprocess.Popen([sys.executable, "-m", "binlake.cli", "ingest", "--source", f"local:{SMALL}", "--lake",
+                             str(lake), "--no-progress", "--no-gates"], env=e, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == ExitCode.BROKEN_PIPE, err
+    assert "Traceback" not in err and "error" not in err
+    assert (lake / "toddy_test" / "outbox__history").is_dir()
+
+
+def test_internal_error_one_line_and_debug_traceback(tmp_path: Path) -> None:
+    # a bug stand-in: a decode whose output writer is broken from the inside (a sitecustomize-free way: -c)
+    code = ("import sys, binlake.binlog.api as a; from binlake.cli import main\n"
+            "def boom(*x, **k): raise ZeroDivisionError('boom')\n"
+            "a.decode_to = boom\n"
+            "sys.exit(main(sys.argv[1:]))")
+    e = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code, "decode", str(SMALL)], env=e, capture_output=True, cwd=ROOT)
+    err = done.stderr.decode()
+    assert done.returncode == ExitCode.INTERNAL
+    assert len(err.splitlines()) == 1 and "internal error" in err and "ZeroDivisionError" in err
+    assert "--debug" in err and "BINLAKE_DEBUG=1" in err
+    done = subprocess.run([sys.executable, "-c", code, "decode", "--debug", str(SMALL)], env=e, capture_output=True,
+                          cwd=ROOT)
+    assert done.returncode == ExitCode.INTERNAL and "Traceback" in done.stderr.decode()
+    done = subprocess.run([sys.executable, "-c", code, "decode", str(SMALL)], env={**e, "BINLAKE_DEBUG": "1"},
+                          capture_output=True, cwd=ROOT)
+    assert done.returncode == ExitCode.INTERNAL and "Traceback" in done.stderr.decode()
+
+
+def test_exit_codes_are_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    for code in ExitCode:
+        assert f"| {int(code)} |" in section, code
