@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pyarrow as pa
 
 from .engines import get_engine
 from .layout import LakeLayout
-
-_NAME = re.compile(r"(?<![\w.`\"'])([A-Za-z_][\w$]*)\.([A-Za-z_][\w$]*)(?![\w`\"'])")
 
 
 def lake_tables(lake: str) -> dict[str, str]:
@@ -27,22 +24,26 @@ def lake_tables(lake: str) -> dict[str, str]:
 
 
 def run_query(lake: str, sql: str, engine: str | None = None) -> pa.Table:
-    """Run SQL naming lake tables as db.table / db.table__history (registered as db__table / ...)."""
+    """Run one read-only SELECT naming lake tables as db.table / db.table__history (delta-rs' DataFusion).
+
+    The SQL is parsed (sqlglot), refused unless it is exactly one SELECT that touches nothing but lake tables, and
+    rewritten on the parse tree; only the tables it names are registered. Raises QueryRefused for refused or
+    failing SQL and for a lake that is not there."""
     from deltalake import DeltaTable, QueryBuilder
+    from deltalake.exceptions import DeltaError
 
-    tables = lake_tables(lake)
+    from .sqlguard import QueryRefused, rewrite_query
+
+    if "://" not in lake and not Path(lake).is_dir():
+        raise QueryRefused(f"--lake {lake}: no such lake directory")
+    text, registrations = rewrite_query(sql, lake_tables(lake))
     qb = QueryBuilder()
-    aliases = {}
-    for name, path in tables.items():
-        alias = name.replace(".", "__")
-        aliases[name] = alias
-        qb.register(alias, DeltaTable(path))
-
-    def swap(m: re.Match) -> str:
-        name = f"{m.group(1)}.{m.group(2)}"
-        return aliases.get(name, m.group(0))
-
-    return pa.table(qb.execute(_NAME.sub(swap, sql)).read_all())
+    for internal, path in registrations.items():
+        qb.register(internal, DeltaTable(path))
+    try:
+        return pa.table(qb.execute(text).read_all())
+    except (DeltaError, pa.ArrowException, ValueError) as exc:  # planning/execution errors of the user's SQL
+        raise QueryRefused(f"query failed: {' '.join(str(exc).split())[:500]}") from None
 
 
 def trace(lake: str, table: str, key: dict[str, str], engine: str | None = None) -> list[str]:
