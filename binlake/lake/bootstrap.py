@@ -87,7 +87,7 @@ def table_map_for(tdef: TableDef, mariadb: bool) -> TableMap:
             col.set_labels = list(c.labels or [])
         columns.append(col)
     tm = TableMap(0, tdef.database, tdef.name, columns,
-                  primary_key=[tdef.index_of(n) for n in tdef.primary_key] or None)
+                  primary_key=[tdef.index_of(n) for n in tdef.row_key()] or None)
     tm.schema_version = tdef.fingerprint()
     tm.schema = tdef
     tm.names_from_server = True

@@ -95,10 +95,11 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     before = seg.column("_before")
     if before.null_count < n:
         # Key-changing updates: a delete of the old key, ordered just before the upsert of the new one.
-        changed = pc.equal(op, "update")
+        # Any key column differing moves the row (a composite key changed in one column moves it too).
+        moved = pa.array([False] * n)
         for k in keys:
-            changed = pc.and_(changed, pc.not_equal(pc.struct_field(before, k), seg.column(k)))
-        changed = pc.fill_null(changed, False)
+            moved = pc.or_(moved, pc.fill_null(pc.not_equal(pc.struct_field(before, k), seg.column(k)), False))
+        changed = pc.and_(pc.equal(op, "update"), moved)
         if pc.any(changed).as_py():
             old = seg.filter(changed)
             tomb = {c: (pc.struct_field(old.column("_before"), c) if c in keys else pa.nulls(old.num_rows,

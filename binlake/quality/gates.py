@@ -323,7 +323,7 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
             keys, names, what = _keys(mirror), expected.names, f"version {recorded}"
         else:  # only the definition is at hand: names and key, not Arrow types
             expected = None
-            keys = list(definition.primary_key) if definition else _keys(last_tm)
+            keys = definition.row_key() if definition else _keys(last_tm)
             names = [c.name for c in definition.columns] + ["_commit_ts", SEQ] if definition else []
             what = f"version {recorded} (names)"
         path = layout.current_path(info["database"], info["table"])

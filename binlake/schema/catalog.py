@@ -24,6 +24,7 @@ from .coldef import (
     norm_collation,
     resolve_charset,
 )
+from .keys import alter_unique_keys
 from .model import ColumnDef, TableDef
 
 # MariaDB: the hidden columns WITH SYSTEM VERSIONING adds when none are declared (they are in the binlog rows).
@@ -114,7 +115,7 @@ class Catalog:
 @dataclass
 class AlterOp:
     kind: str  # add | drop | change | rename_col | alter_col | rename_table | convert | charset | add_pk | drop_pk
-    #            | engine | add_versioning | drop_versioning
+    #            | engine | add_versioning | drop_versioning | add_unique | drop_index | rename_index
     name: str | None = None  # the column it names (as it was before the statement)
     spec: ColumnSpec | None = None
     value: object = None
@@ -234,6 +235,7 @@ def check_unique(table: TableDef) -> None:
 
 def _alter_keys(old: TableDef, new: TableDef, ops: list[AlterOp], drops: set[str], changes: dict[str, AlterOp]) -> None:
     renamed = {k: _spec(op).col.name for k, op in changes.items()}
+    alter_unique_keys(old, new, ops, drops, renamed)
     pk = [renamed.get(n.lower(), n) for n in old.primary_key if n.lower() not in drops]
     for op in ops:
         if op.kind == "drop_pk":

@@ -375,17 +375,26 @@ def parse_column(cur: Cursor) -> ColumnSpec:
 
 def key_columns(cur: Cursor) -> list[str]:
     """(a, b(10) DESC, (expr)) -> column names of the key parts that are plain columns."""
+    return key_parts(cur)[0]
+
+
+def key_parts(cur: Cursor) -> tuple[list[str], bool]:
+    """(a, b(10) DESC, (expr)) -> (column names of the parts that are columns, whether every part is a whole
+    column: no prefix length, no expression)."""
     cur.expect_op("(")
     names: list[str] = []
+    plain = True
     while True:
         if cur.at_op("("):
             cur.skip_group()  # functional key part
+            plain = False
         else:
             names.append(cur.ident("a key column"))
             if cur.at_op("("):
                 cur.skip_group()  # prefix length
+                plain = False
         cur.accept("ASC") or cur.accept("DESC")
         if cur.accept_op(")"):
-            return names
+            return names, plain
         cur.expect_op(",")
 

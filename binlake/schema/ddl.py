@@ -21,11 +21,13 @@ from .coldef import (
     charset_of_collation,
     expression_text,
     key_columns,
+    key_parts,
     norm_charset,
     norm_collation,
     parse_column,
     resolve_charset,
 )
+from .keys import named, unique_key, with_columns
 from .model import ColumnDef, TableDef
 from .sqllex import WORD, Cursor, SqlSyntaxError, tokenize
 
@@ -172,9 +174,50 @@ class _Statement:
             return self.create_database(replace)
         if c.accept("SEQUENCE"):
             return self.create_sequence()
+        if c.accept("UNIQUE", "INDEX"):
+            return self.create_unique_index(replace)
         if self.object_word():
             return DdlEffect("ignored")
         raise DdlError(f"CREATE {c.describe()} is not understood")
+
+    def create_unique_index(self, replace: bool) -> DdlEffect:
+        """CREATE [OR REPLACE] UNIQUE INDEX [IF NOT EXISTS] name [USING ...] ON t (parts) ...: the key can be a
+        table's row identity (TableDef.row_key)."""
+        c = self.cur
+        c.accept("IF", "NOT", "EXISTS")
+        name = c.ident("an index name")
+        hashed = False
+        while not c.at_end() and not c.at_word("ON"):
+            hashed = hashed or c.next().upper == "HASH"
+        c.expect("ON")
+        tn = self.table_name()
+        cols, plain = key_parts(c)
+        hashed = hashed or any(t.kind == WORD and t.value.upper() == "HASH" for t in c.tokens[c.i:])
+        c.skip_rest()
+        ops = [AlterOp("drop_index", value=name)] if replace else []
+        ops.append(AlterOp("add_unique", value=unique_key(name, cols, plain and not hashed)))
+        return self.alter_keys(tn, ops)
+
+    def drop_index(self) -> DdlEffect:
+        """DROP INDEX [IF EXISTS] name ON t ..."""
+        c = self.cur
+        c.accept("IF", "EXISTS")
+        name = c.ident("an index name")
+        c.expect("ON")
+        tn = self.table_name()
+        c.skip_rest()
+        return self.alter_keys(tn, [AlterOp("drop_pk") if name.upper() == "PRIMARY" else
+                                    AlterOp("drop_index", value=name)])
+
+    def alter_keys(self, tn: TableName, ops: list[AlterOp]) -> DdlEffect:
+        table = self.cat.get(tn.db, tn.name)
+        if table is None:
+            return DdlEffect("ignored")  # keys of a table whose layout is unknown: nothing to keep
+        new = apply_alter(table, ops)
+        if new == table:
+            return DdlEffect("alter_table")
+        self.cat.put(new)
+        return DdlEffect("alter_table", [new.qualified_name])
 
     def alter(self) -> DdlEffect:
         c = self.cur
@@ -199,6 +242,8 @@ class _Statement:
             db = c.ident("a database name")
             self.end()
             return DdlEffect("drop_database", self.cat.drop_database(db))
+        if c.accept("INDEX"):
+            return self.drop_index()
         if self.object_word():
             return DdlEffect("ignored")
         raise DdlError(f"DROP {c.describe()} is not understood")
@@ -231,15 +276,18 @@ class _Statement:
             return table
         specs: list[ColumnSpec] = []
         pk: list[str] = []
+        uniques: list[dict] = []
         if c.at_op("(") and not self.at_select():
-            specs, pk = self.elements()
+            specs, pk, uniques = self.elements()
         opts = self.table_options()
         if not c.at_end():
             specs = self.select_columns(specs)
         self.end()
         if not specs:
             raise DdlError(f"CREATE TABLE {tn.qualified} has no columns")
-        return self.build_table(tn, specs, pk, opts)
+        table = self.build_table(tn, specs, pk, opts)
+        table.unique_keys = with_columns(table, named(uniques))
+        return table
 
     def at_select(self, k: int = 0) -> bool:
         """At the SELECT of CREATE TABLE ... SELECT (also `(SELECT`, WITH, VALUES, TABLE t)."""
@@ -248,35 +296,68 @@ class _Statement:
             k += 1
         return c.at_word("SELECT", "WITH", "VALUES", "TABLE", k=k) and not c.at_words("WITH", "SYSTEM")
 
-    def elements(self) -> tuple[list[ColumnSpec], list[str]]:
+    def elements(self) -> tuple[list[ColumnSpec], list[str], list[dict]]:
+        """Column specs, primary key columns and UNIQUE keys (in definition order, a column's inline UNIQUE
+        where the column is)."""
         c = self.cur
         c.expect_op("(")
         specs: list[ColumnSpec] = []
         pk: list[str] = []
+        uniques: list[dict] = []
         while True:
             if c.at_word(*CONSTRAINT_WORDS) or c.at_words("PERIOD", "FOR"):
-                pk = self.constraint() or pk
+                got = self.constraint()
+                if got is not None and got[0] == "primary":
+                    pk = got[1]
+                elif got is not None:
+                    uniques.append(unique_key(got[2], got[1], got[3]))
             else:
                 specs.append(parse_column(c))
+                if specs[-1].unique:
+                    uniques.append(unique_key(None, [specs[-1].col.name]))
             if c.accept_op(")"):
-                return specs, pk
+                return specs, pk, uniques
             c.expect_op(",")
 
-    def constraint(self) -> list[str] | None:
-        """An index/key/constraint element; the key columns when it is the PRIMARY KEY."""
+    def constraint(self) -> tuple[str, list[str], str | None, bool] | None:
+        """An index/key/constraint element: ("primary" or "unique", key columns, index name, whether every part
+        is a whole column) for the PRIMARY KEY and UNIQUE keys, None for the others."""
         c = self.cur
+        symbol = None
         if c.accept("CONSTRAINT"):
             c.accept("IF", "NOT", "EXISTS")
             if not c.at_word("PRIMARY", "UNIQUE", "FOREIGN", "CHECK"):
-                c.ident("a constraint name")
+                symbol = c.ident("a constraint name")
         if c.accept("PRIMARY", "KEY"):
             while not c.at_op("(") and not c.at_end():
                 c.next()  # USING BTREE, or a name
             cols = key_columns(c)
             c.skip_until_separator()
-            return cols
+            return "primary", cols, None, True
+        if c.accept("UNIQUE"):
+            c.accept("KEY") or c.accept("INDEX")
+            c.accept("IF", "NOT", "EXISTS")
+            name = symbol
+            if not c.at_op("(") and not c.at_word("USING"):
+                name = c.ident("an index name")
+            hashed = False
+            while not c.at_op("(") and not c.at_end():
+                hashed = hashed or c.next().upper == "HASH"  # USING HASH: a hash key, never the primary one
+            cols, plain = key_parts(c)
+            while not c.at_end() and not c.at_op(",", ")"):
+                if c.at_op("("):
+                    c.skip_group()
+                else:
+                    hashed = hashed or c.next().upper == "HASH"
+            return "unique", cols, name, plain and not hashed
         c.skip_until_separator()
         return None
+
+    def key_op(self, ops: list[AlterOp], got: tuple | None) -> None:
+        if got is not None and got[0] == "primary":
+            ops.append(AlterOp("add_pk", value=got[1]))
+        elif got is not None:
+            ops.append(AlterOp("add_unique", value=unique_key(got[2], got[1], got[3])))
 
     def table_options(self) -> dict[str, object]:
         c = self.cur
@@ -589,9 +670,7 @@ class _Statement:
         c = self.cur
         column = c.accept("COLUMN")
         if not column and (c.at_word(*CONSTRAINT_WORDS) or c.at_words("PERIOD", "FOR")):
-            cols = self.constraint()
-            if cols is not None:
-                ops.append(AlterOp("add_pk", value=cols))
+            self.key_op(ops, self.constraint())
             return
         if not column and c.accept("SYSTEM", "VERSIONING"):
             ops.append(AlterOp("add_versioning"))
@@ -603,9 +682,7 @@ class _Statement:
         if c.accept_op("("):
             while True:
                 if c.at_word(*CONSTRAINT_WORDS):
-                    cols = self.constraint()
-                    if cols is not None:
-                        ops.append(AlterOp("add_pk", value=cols))
+                    self.key_op(ops, self.constraint())
                 else:
                     spec = parse_column(c)
                     ops.append(AlterOp("add", spec.col.name, spec, if_exists=if_not_exists))
@@ -621,7 +698,12 @@ class _Statement:
             ops.append(AlterOp("drop_pk"))
         elif c.accept("SYSTEM", "VERSIONING"):
             ops.append(AlterOp("drop_versioning"))
-        elif c.at_word("INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK") or c.at_words("PERIOD", "FOR"):
+        elif c.accept("INDEX") or c.accept("KEY") or c.accept("CONSTRAINT"):
+            c.accept("IF", "EXISTS")
+            name = c.ident("an index name")
+            c.skip_until_separator()
+            ops.append(AlterOp("drop_pk") if name.upper() == "PRIMARY" else AlterOp("drop_index", value=name))
+        elif c.at_word("FOREIGN", "CHECK") or c.at_words("PERIOD", "FOR"):
             c.skip_until_separator()
         elif c.at_word("PARTITION"):
             c.skip_rest()
@@ -639,8 +721,10 @@ class _Statement:
             old = c.ident("a column name")
             c.expect("TO")
             ops.append(AlterOp("rename_col", old, value=c.ident("a column name"), if_exists=if_exists))
-        elif c.at_word("INDEX", "KEY"):
-            c.skip_until_separator()
+        elif c.accept("INDEX") or c.accept("KEY"):
+            old = c.ident("an index name")
+            c.expect("TO")
+            ops.append(AlterOp("rename_index", value=(old, c.ident("an index name"))))
         else:
             c.accept("TO") or c.accept("AS")
             ops.append(AlterOp("rename_table", value=self.table_name()))

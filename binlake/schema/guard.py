@@ -72,8 +72,8 @@ def apply_version(tm: TableMap, version: TableDef, version_id: str) -> TableMap:
     """Name and type the TABLE_MAP's columns from the schema version (the server's own metadata wins)."""
     for col, cdef in zip(tm.columns, version.columns, strict=True):
         _enrich(col, cdef)
-    if tm.primary_key is None and version.primary_key:
-        tm.primary_key = [version.index_of(n) for n in version.primary_key]
+    if tm.primary_key is None and version.row_key():  # the primary key, else a UNIQUE NOT NULL key
+        tm.primary_key = [version.index_of(n) for n in version.row_key()]
     tm.schema_version = version_id
     tm.schema = version
     return tm

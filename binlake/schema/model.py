@@ -62,6 +62,9 @@ class TableDef:
     # Where this lineage of versions began (a snapshot, or a CREATE TABLE at a binlog position): column identities
     # are comparable only within one lineage. Deterministic, so a rebuilt timeline gives the same one.
     lineage: str | None = None
+    # UNIQUE keys in the server's order: {"name", "columns", "plain"} (plain: no prefix or expression parts).
+    # Without a primary key, the first one whose columns are all NOT NULL is the row identity (row_key).
+    unique_keys: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def qualified_name(self) -> str:
@@ -84,6 +87,19 @@ class TableDef:
     def copy(self) -> TableDef:
         return copy.deepcopy(self)
 
+    def row_key(self) -> list[str]:
+        """The columns that identify a row: the primary key, else (as the server picks its clustered key) the
+        first UNIQUE key whose columns are all NOT NULL, whole (no prefix, no expression) and not BLOB/TEXT (those
+        are hash keys); [] when there is neither (history only)."""
+        if self.primary_key:
+            return list(self.primary_key)
+        for key in self.unique_keys:
+            cols = [self.column(n) for n in key["columns"]]
+            if key.get("plain", True) and cols and all(c is not None and not c.nullable and c.data_type not in
+                                                       _LOB_TYPES for c in cols):
+                return [c.name for c in cols]
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -103,7 +119,10 @@ class TableDef:
             length = None if c.data_type in _INTEGER_TYPES else c.length
             layout.append([c.name, c.data_type, length, c.precision, c.scale, c.fsp, c.unsigned, c.charset,
                            c.labels, c.generated is not None and not c.stored])
-        payload = json.dumps([layout, self.primary_key], sort_keys=True)
+        identity = [self.primary_key]
+        if not self.primary_key and self.row_key():  # a UNIQUE NOT NULL key identifies rows: part of the layout
+            identity.append(self.row_key())
+        payload = json.dumps([layout, *identity], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def ensure_uids(self) -> None:
@@ -117,3 +136,5 @@ class TableDef:
 
 
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+_LOB_TYPES = frozenset({"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob",
+                        "json"})

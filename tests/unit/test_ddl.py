@@ -624,7 +624,8 @@ def test_alter_semantics_without_a_server():
 @pytest.mark.parametrize("sql", [
     "GRANT SELECT ON *.* TO 'u'@'%'", "CREATE DEFINER=`root`@`localhost` TRIGGER tr BEFORE INSERT ON t FOR EACH "
     "ROW SET @x = 1", "CREATE ALGORITHM=UNDEFINED VIEW v AS SELECT 1", "DROP VIEW v1, v2", "ANALYZE TABLE t",
-    "FLUSH PRIVILEGES", "CREATE UNIQUE INDEX i ON t (a)", "DROP INDEX i ON t", "ALTER USER 'x'@'%' IDENTIFIED BY 'p'",
+    "FLUSH PRIVILEGES", "CREATE INDEX i ON t (a)", "CREATE UNIQUE INDEX i ON nope (a)", "DROP INDEX i ON nope",
+    "ALTER USER 'x'@'%' IDENTIFIED BY 'p'",
     "CREATE USER IF NOT EXISTS 'r'@'%'", "SET PASSWORD FOR 'a'@'%' = 'x'", "ALTER DATABASE d CHARACTER SET utf8mb4",
     "ALTER SEQUENCE s RESTART 5", "/* only a comment */", "RENAME USER a TO b",
 ])
@@ -664,3 +665,33 @@ def test_catalog_is_case_insensitive_and_keeps_case():
     copy = cat.copy()
     apply_ddl(cat, "DROP TABLE MYDB.MYTABLE", None)
     assert cat.tables() == [] and copy.get("MyDb", "MyTable") is not None
+
+
+def test_unique_not_null_keys_identify_rows_without_a_primary_key():
+    """The server takes the first UNIQUE key whose columns are all NOT NULL (whole columns, not BLOB/TEXT) as the
+    primary key of a table without one; the DDL is followed through ALTERs, CREATE/DROP INDEX and renames."""
+    t = parse_create_table("CREATE TABLE t (x INT NULL, k INT NOT NULL, s VARCHAR(9) NOT NULL, b TEXT NOT NULL, "
+                           "v INT, UNIQUE KEY (x), UNIQUE KEY pre (s(3)), UNIQUE (b), UNIQUE KEY uk (k, s))", "d")
+    assert [k["name"] for k in t.unique_keys] == ["x", "pre", "b", "uk"] and t.row_key() == ["k", "s"]
+    assert t.primary_key == []
+    cat = Catalog()
+    steps = [
+        ("CREATE TABLE t (a INT NOT NULL UNIQUE, b VARCHAR(10) NOT NULL, c INT, KEY (c))", ["a"]),
+        ("ALTER TABLE t ADD UNIQUE KEY u2 (b, c)", ["a"]),
+        ("ALTER TABLE t DROP INDEX a", []),  # u2 has a nullable column
+        ("ALTER TABLE t MODIFY c INT NOT NULL", ["b", "c"]),
+        ("ALTER TABLE t RENAME INDEX u2 TO u3, CHANGE b bb VARCHAR(10) NOT NULL", ["bb", "c"]),
+        ("DROP INDEX u3 ON t", []),
+        ("CREATE UNIQUE INDEX ix ON t (c)", ["c"]),
+        ("ALTER TABLE t ADD PRIMARY KEY (a)", ["a"]),
+        ("ALTER TABLE t DROP PRIMARY KEY", ["c"]),
+        ("ALTER TABLE t DROP COLUMN c, ADD COLUMN z INT NOT NULL UNIQUE", ["z"]),
+    ]
+    for sql, key in steps:
+        apply_ddl(cat, sql, "d")
+        assert cat.get("d", "t").row_key() == key, sql
+    # the identity is part of the layout's version id (a table gaining one gets a new version)
+    a = parse_create_table("CREATE TABLE t (k INT NOT NULL, v INT)", "d")
+    b = parse_create_table("CREATE TABLE t (k INT NOT NULL, v INT, UNIQUE (k))", "d")
+    c = parse_create_table("CREATE TABLE t (k INT NOT NULL, v INT, UNIQUE (v))", "d")
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == c.fingerprint()

@@ -145,3 +145,30 @@ def test_merge_input_keeps_each_keys_last_change_with_key_changes() -> None:
         (2, None, True, 30),  # moved on to 3: a tombstone
         (3, "b", False, 30),
         (5, "f", True, 50)]  # deletes carry the deleted row
+
+
+def test_merge_input_moves_composite_keys_changed_in_any_column() -> None:
+    """An update changing one column of a composite key deletes the old key, as a single-column move does;
+    chains, swaps through a spare key and moves back inside one segment keep each key's last change."""
+    from binlake.lake.current import merge_input
+
+    tm = TableMap(1, "db", "t", [col(0, T.LONG, name="a"), col(1, T.LONG, name="b"), col(2, T.VARCHAR, 40, name="v")],
+                  primary_key=[0, 1])
+    tm.schema_version = "v1"
+    batches = [
+        RowBatch("f.000001", 10, 10, 0, 0, None, tm, "insert",
+                 [(None, [1, 1, "x"]), (None, [1, 2, "y"]), (None, [2, 1, "z"]), (None, [3, 3, "w"])]),
+        RowBatch("f.000001", 20, 20, 0, 0, None, tm, "update", [([1, 1, "x"], [1, 9, "x"])]),  # second column
+        RowBatch("f.000001", 30, 30, 0, 0, None, tm, "update", [([2, 1, "z"], [7, 1, "z"])]),  # first column
+        # swap (1,2) and (1,9) through the spare key (1,0), all in one event
+        RowBatch("f.000001", 40, 40, 0, 0, None, tm, "update",
+                 [([1, 2, "y"], [1, 0, "y"]), ([1, 9, "x"], [1, 2, "x"]), ([1, 0, "y"], [1, 9, "y"])]),
+        RowBatch("f.000001", 50, 50, 0, 0, None, tm, "update", [([3, 3, "w"], [4, 4, "w"])]),
+        RowBatch("f.000001", 60, 60, 0, 0, None, tm, "update", [([4, 4, "w"], [3, 3, "w2"])]),  # and back
+    ]
+    history = history_table([CommittedBatch(b, 0, 1) for b in batches], 0, ConversionStats())
+    out = merge_input(history, tm).to_pylist()
+    got = {(r["a"], r["b"]): (r["v"], r["_deleted"], r["_seq"] & 0xFFFF) for r in out}
+    assert got == {(1, 1): (None, True, 20), (1, 9): ("y", False, 40), (2, 1): (None, True, 30),
+                   (7, 1): ("z", False, 30), (1, 2): ("x", False, 40), (1, 0): (None, True, 40),
+                   (3, 3): ("w2", False, 60), (4, 4): (None, True, 60)}
