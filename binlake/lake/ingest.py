@@ -77,7 +77,7 @@ class RunSummary:
             ops = {op: self.rows[(t, op)] for op in ("insert", "update", "delete")}
             lines.append(f"  {t}: insert {ops['insert']}, update {ops['update']}, delete {ops['delete']}")
         if self.history_only:
-            lines.append(f"  history only (no primary key): {', '.join(self.history_only)}")
+            lines.append(f"  history only (no primary or UNIQUE NOT NULL key): {', '.join(self.history_only)}")
         if self.statements:
             lines.append(f"  statement-based DML events seen (not replayable as rows): {self.statements}")
         if self.conversions:
