@@ -381,6 +381,11 @@ def decode_image(buf: bytes, off: int, plan: tuple, ncols: int) -> tuple[list, i
     return row, off
 
 
+def _image_bytes(image) -> int:
+    """The least bytes one image of this plan takes: its NULL bitmap (pre-GA v0 images: at least one byte)."""
+    return 1 if image.bitmap_bytes < 0 else image.bitmap_bytes
+
+
 def image_after_bytes(dec: RowImageDecoder, ev: RowsEvent) -> int:
     return dec.plan(ev.present_after, ev.version).bitmap_bytes
 
@@ -403,6 +408,10 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple] | ColumnarPa
         if plan is not None:
             return decode_event(plan, buf, off, end, kind)
     image = dec.plan(ev.present, ev.version)
+    if off < end and _image_bytes(image) == 0 and (
+            kind != RowsKind.UPDATE or _image_bytes(dec.plan(ev.present_after, ev.version)) == 0):
+        # No column present: every row would take 0 bytes, and the rows could never reach the event's end.
+        raise BodyError(f"rows event lists no column, yet {end - off} bytes of rows follow")
     out = []
     append = out.append
     nb = image.bitmap_bytes

@@ -1,0 +1,321 @@
+"""Damaged binlogs for robustness tests: seeded mutants of real files, each decoded under a time and memory bound.
+
+A mutant is a real file with one kind of damage: a flipped bit, a few overwritten bytes, a truncation (anywhere or
+exactly at an event boundary), a chunk spliced out (whole events or arbitrary bytes) or a chunk duplicated. With
+`fix_crc`, a flipped or overwritten event gets its CRC32 recomputed, so the parsers see the damage instead of the
+checksum check. Every mutant is decoded in a worker process (RLIMIT_AS and a per-case timer), and its outcome is
+checked against the intact file:
+
+- a typed error (`BinlogError`) is always acceptable;
+- a clean end must deliver every change of the intact file (row changes plus statement/DDL records), except that
+  a file the server still had open (in-use flag set) may lose the changes after a truncation point;
+- anything else (an untyped exception, a hang, a memory blow-up, a clean end with changes lost) is a failure.
+
+Used by tests/unit/test_decoder_damage.py (a few thousand cases) and scripts/fuzz_decoder.py (larger runs).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from binlake.binlog.constants import HEADER_LEN, LOG_EVENT_BINLOG_IN_USE_F, EventType
+from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
+from binlake.binlog.errors import BinlogError
+from binlake.binlog.records import RowChange
+from binlake.binlog.stream import EventStream
+
+KINDS = ("flip", "overwrite", "truncate", "truncate_boundary", "splice_events", "splice_bytes", "duplicate")
+
+
+@dataclass
+class Intact:
+    """A source file and what its intact decode delivers."""
+
+    name: str
+    data: bytes
+    events: list[tuple[int, int]]  # (position, size) of every event
+    crc: bool
+    in_use: bool
+    changes: int
+    changes_by_end: list[tuple[int, int]]  # (event end, changes delivered by events ending there or before)
+
+    def changes_before(self, offset: int) -> int:
+        n = 0
+        for end, count in self.changes_by_end:
+            if end > offset:
+                break
+            n = count
+        return n
+
+
+@dataclass
+class Mutant:
+    source: str
+    seed: int
+    kind: str
+    detail: str
+    data: bytes
+    cut: int | None = None  # a truncation: the offset the file now ends at
+
+
+@dataclass
+class Outcome:
+    source: str
+    seed: int
+    kind: str
+    detail: str
+    fix_crc: bool
+    result: str  # ok | typed | untyped | timeout | memory
+    changes: int = 0
+    expected: int = 0  # the least changes a clean end must deliver
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.result in ("untyped", "timeout", "memory") or (self.result == "ok" and self.changes < self.expected)
+
+
+def _changes(data: bytes, name: str) -> tuple[int, dict[int, int], BinlogDecoder]:
+    decoder = BinlogDecoder(DecodeOptions(commits=True))
+    n = 0
+    by_start: dict[int, int] = {}
+    for r in decoder.decode_stream(io.BytesIO(data), name):
+        if type(r) is RowChange or r.kind in ("statement", "ddl"):
+            n += 1
+            by_start[r.pos] = n
+    return n, by_start, decoder
+
+
+def count_changes(data: bytes, name: str) -> tuple[int, list[tuple[int, int]], bool]:
+    """(changes, per-event-end running counts, in-use flag) of a clean decode; raises BinlogError."""
+    n, by_start, decoder = _changes(data, name)
+    # A change belongs to the event at r.pos: map event starts to their ends.
+    stream = EventStream(io.BytesIO(data), name, allow_truncated=True)
+    ends = {ev.pos: ev.pos + ev.size for ev in stream}
+    running = sorted((ends.get(pos, pos), count) for pos, count in by_start.items())
+    return n, running, decoder.results[-1].in_use
+
+
+def load_intact(name: str, data: bytes) -> Intact:
+    stream = EventStream(io.BytesIO(data), name, allow_truncated=True)
+    events = [(ev.pos, ev.size) for ev in stream]
+    crc = bool(stream.first_fde and stream.first_fde.has_crc)
+    changes, by_end, in_use = count_changes(data, name)
+    return Intact(name, data, events, crc, in_use, changes, by_end)
+
+
+def _fix_crc(buf: bytearray, pos: int, size: int) -> None:
+    end = pos + size
+    if end > len(buf) or size < HEADER_LEN + 4:
+        return
+    data = bytearray(buf[pos : end - 4])
+    if data[4] == EventType.FORMAT_DESCRIPTION:
+        data[17] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
+    buf[end - 4 : end] = zlib.crc32(data).to_bytes(4, "little")
+
+
+def mutate(src: Intact, seed: int, fix_crc: bool, kind: str | None = None) -> Mutant:
+    """One seeded mutant of `src` (kind chosen by the seed unless given)."""
+    rng = random.Random(f"{src.name}/{seed}/{fix_crc}")
+    kind = kind or rng.choice(KINDS)
+    data = bytearray(src.data)
+    events = src.events or [(4, max(0, len(data) - 4))]
+    if kind in ("flip", "overwrite"):
+        pos, size = rng.choice(events)
+        # Headers and the first bytes of a body (lengths, bitmaps, post-headers) hold most of the structure.
+        span = min(size, HEADER_LEN + 24) if rng.random() < 0.6 else size
+        at = pos + rng.randrange(max(1, span))
+        if kind == "flip":
+            bit = rng.randrange(8)
+            data[at] ^= 1 << bit
+            detail = f"bit {bit} of byte {at} (event at {pos})"
+        else:
+            n = rng.randint(1, 8)
+            data[at : at + n] = bytes(rng.randrange(256) for _ in range(len(data[at : at + n])))
+            detail = f"{n} bytes at {at} (event at {pos})"
+        if fix_crc and src.crc:
+            _fix_crc(data, pos, size)
+        return Mutant(src.name, seed, kind, detail, bytes(data))
+    if kind == "truncate":
+        cut = rng.randrange(4, len(data)) if len(data) > 4 else len(data)
+        return Mutant(src.name, seed, kind, f"cut at {cut}", bytes(data[:cut]), cut)
+    if kind == "truncate_boundary":
+        cut = rng.choice(events)[0] if len(events) > 1 else len(data)
+        return Mutant(src.name, seed, kind, f"cut at event boundary {cut}", bytes(data[:cut]), cut)
+    if kind == "splice_events":
+        if len(events) < 3:
+            return mutate(src, seed, fix_crc, "splice_bytes")
+        i = rng.randrange(1, len(events) - 1)
+        j = rng.randrange(i + 1, min(len(events), i + 4) + 1)
+        a = events[i][0]
+        b = events[j][0] if j < len(events) else len(data)
+        return Mutant(src.name, seed, kind, f"events {i}..{j - 1} ({a}:{b}) removed", bytes(data[:a] + data[b:]))
+    if kind == "splice_bytes":
+        a = rng.randrange(4, max(5, len(data) - 1))
+        b = min(len(data), a + rng.randint(1, 300))
+        return Mutant(src.name, seed, kind, f"bytes {a}:{b} removed", bytes(data[:a] + data[b:]))
+    if kind == "duplicate":
+        if len(events) < 2:
+            return mutate(src, seed, fix_crc, "flip")
+        i = rng.randrange(1, len(events))
+        a, size = events[i]
+        return Mutant(src.name, seed, kind, f"event at {a} written twice", bytes(data[: a + size] + data[a:]))
+    raise ValueError(f"unknown mutation kind {kind!r}")
+
+
+def expected_changes(src: Intact, m: Mutant) -> int:
+    """The least changes a clean decode of the mutant must deliver."""
+    if m.cut is not None and src.in_use:
+        return src.changes_before(m.cut)
+    return src.changes
+
+
+# -- bounded execution ------------------------------------------------------------------------------------------
+
+
+class _CaseTimeout(BaseException):
+    pass
+
+
+def _alarm(_signum, _frame):
+    raise _CaseTimeout()
+
+
+_CORPUS: dict[str, Intact] = {}
+
+
+def _init_worker(corpus: dict[str, Intact], mem_bytes: int) -> None:
+    import resource
+
+    _CORPUS.clear()
+    _CORPUS.update(corpus)
+    if mem_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+    signal.signal(signal.SIGALRM, _alarm)
+
+
+def decode_outcome(data: bytes, name: str) -> tuple[str, int, str]:
+    """(ok | typed | untyped, changes delivered, error text) of one decode through the in-process API."""
+    try:
+        n = _changes(data, name)[0]
+    except BinlogError as exc:
+        return "typed", 0, f"{type(exc).__name__}: {exc}"
+    except MemoryError:
+        raise
+    except Exception as exc:
+        return "untyped", 0, f"{type(exc).__name__}: {exc}"
+    return "ok", n, ""
+
+
+def _run_batch(source: str, seeds: Sequence[int], fix_crc: bool, timeout: float) -> list[Outcome]:
+    src = _CORPUS[source]
+    out = []
+    for seed in seeds:
+        m = mutate(src, seed, fix_crc)
+        o = Outcome(source, seed, m.kind, m.detail, fix_crc, "ok", expected=expected_changes(src, m))
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            o.result, o.changes, o.error = decode_outcome(m.data, source)
+        except _CaseTimeout:
+            o.result, o.error = "timeout", f"no result within {timeout} s"
+        except MemoryError:
+            o.result, o.error = "memory", "MemoryError under the address-space limit"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        out.append(o)
+    return out
+
+
+@dataclass
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.failed]
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(o.result for o in self.outcomes)
+        c["lossy_ok"] = sum(1 for o in self.outcomes if o.result == "ok" and o.changes < o.expected)
+        return dict(c)
+
+    def errors_by_type(self) -> dict[str, int]:
+        return dict(Counter(o.error.split(":", 1)[0] for o in self.outcomes if o.result == "typed"))
+
+
+def run_mutants(corpus: Iterable[Intact], cases_per_source: int, seed: int = 0, workers: int = 2,
+                timeout: float = 20.0, mem_bytes: int = 1 << 30, batch: int = 40) -> Report:
+    """Decode `cases_per_source` mutants of each source, with and without recomputed CRCs (half each)."""
+    corpus = {s.name: s for s in corpus}
+    tasks = []
+    for name in corpus:
+        seeds = [seed * 1_000_003 + k for k in range(cases_per_source)]
+        for fix_crc in (False, True):
+            half = seeds[fix_crc::2]
+            for k in range(0, len(half), batch):
+                tasks.append((name, half[k : k + batch], fix_crc))
+    report = Report()
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                             initargs=(corpus, mem_bytes)) as pool:
+        futures = [(t, pool.submit(_run_batch, *t, timeout)) for t in tasks]
+        for (name, seeds, fix_crc), fut in futures:
+            try:
+                report.outcomes.extend(fut.result(timeout=timeout * len(seeds) + 60))
+            except Exception as exc:  # a worker died (e.g. killed by the memory limit inside C code)
+                report.outcomes.extend(Outcome(name, s, "?", "", fix_crc, "memory", error=repr(exc)) for s in seeds)
+    return report
+
+
+def fixture_corpus(root: os.PathLike, max_bytes: int = 200_000) -> list[Intact]:
+    """Every fixture binlog under `root` that decodes cleanly and is at most `max_bytes` long."""
+    from pathlib import Path
+
+    out = []
+    for path in sorted(Path(root).rglob("*")):
+        if not path.is_file() or path.suffix in (".md", ".json", ".gz") or "plaintext" in path.name:
+            continue
+        data = path.read_bytes()
+        if len(data) > max_bytes or len(data) < 4:
+            continue
+        name = str(path.relative_to(root))
+        try:
+            out.append(load_intact(name, data))
+        except BinlogError:
+            continue
+    return out
+
+
+def _one(data: bytes, name: str, timeout: float) -> tuple[str, int, str]:
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return decode_outcome(data, name)
+    except _CaseTimeout:
+        return "timeout", 0, f"no result within {timeout} s"
+    except MemoryError:
+        return "memory", 0, "MemoryError under the address-space limit"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def bounded_outcome(data: bytes, name: str = "damaged.bin", timeout: float = 60.0, mem_bytes: int = 1 << 30
+                    ) -> tuple[str, int, str]:
+    """decode_outcome of one file in a fresh worker process under the time and address-space limits."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker, initargs=({}, mem_bytes)) as pool:
+        try:
+            return pool.submit(_one, data, name, timeout).result(timeout=timeout + 60)
+        except Exception as exc:  # the worker died
+            return "memory", 0, repr(exc)
