@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any, TextIO
 
+from .charsets import BINARY, charset_of, codec_of, encode_mysql_latin1
 from .constants import ColumnType as T
 from .records import OP_DELETE, OP_INSERT, OP_UPDATE, EventRecord, RowChange
 from .rows import ABSENT, JsonPatch
-from .tablemap import TableMap
+from .tablemap import Column, TableMap
 
 _F32 = struct.Struct("<f")
 
@@ -176,14 +177,39 @@ def write_jsonl(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
 
 # -- SQL --------------------------------------------------------------------------------------------------
 
-_ESCAPES = str.maketrans({"\\": "\\\\", "'": "\\'", "\0": "\\0", "\n": "\\n", "\r": "\\r", "\x1a": "\\Z"})
+# Character types whose values are text in a column charset (bytes for the binary collation).
+_CHAR_TYPES = frozenset({T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB})
+_UTF8_CHARSETS = ("utf8mb4", "utf8mb3", "utf8")
+_WIDE_CHARSETS = ("ucs2", "utf16", "utf16le", "utf32")
 
 
 def quote_ident(name: str) -> str:
+    """A backtick-quoted identifier: backticks doubled, so nothing in a name can leave its quoting."""
     return "`" + name.replace("`", "``") + "`"
 
 
+def _plain(text: str) -> bool:
+    """Text that is safe and exact as a '...' literal with only quotes doubled: printable, no backslash (so
+    the statement means the same with or without NO_BACKSLASH_ESCAPES and in every client)."""
+    return "\\" not in text and text.isprintable()
+
+
+def text_literal(text: str) -> str:
+    """A utf8mb4 string literal: readable when plain, else the UTF-8 bytes in hex with the charset introducer."""
+    if _plain(text):
+        return "'" + text.replace("'", "''") + "'"
+    return "_utf8mb4 X'" + text.encode("utf-8", "surrogatepass").hex() + "'"
+
+
+def float_literal(value: float) -> str:
+    """The exact double as a DOUBLE literal (with an exponent, so the server parses it as a double, not a
+    DECIMAL): a FLOAT column read as a double compares equal to it, where the float's short form would not."""
+    text = repr(float(value))
+    return text if "e" in text or "n" in text else text + "e0"
+
+
 def sql_literal(value: Any, col_type: int | None = None) -> str:
+    """A literal for a value of the decoder's contract (no column context: see value_sql for exact ones)."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -196,7 +222,84 @@ def sql_literal(value: Any, col_type: int | None = None) -> str:
         return repr(float32_value(value) if col_type == T.FLOAT else value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "X'" + bytes(value).hex() + "'"
-    return "'" + str(value).translate(_ESCAPES) + "'"
+    return text_literal(str(value))
+
+
+def _charset(col: Column) -> str | None:
+    return charset_of(col.collation)
+
+
+def stored_bytes(col: Column, value: str | bytes) -> bytes | None:
+    """The bytes the server stores for a character value: the text encoded back with the column's charset
+    (UTF-8 when unknown: the decoder only guesses text for valid UTF-8); None when that is impossible."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    codec = codec_of(col.collation) or "utf-8"
+    try:
+        return encode_mysql_latin1(value) if codec == "mysql-latin1" else value.encode(codec)
+    except (UnicodeError, LookupError):
+        return None
+
+
+def _label_number(col: Column, value: Any) -> int | None:
+    """ENUM index (1-based) or SET bitmask of a label value; None when the labels do not say."""
+    if isinstance(value, int):
+        return value
+    if col.type == T.ENUM and col.enum_labels is not None:
+        if value in col.enum_labels:
+            return col.enum_labels.index(value) + 1
+        return 0 if value == "" else None
+    if col.type == T.SET and col.set_labels is not None:
+        mask = 0
+        for label in value.split(",") if value else []:
+            if label not in col.set_labels:
+                return None
+            mask |= 1 << col.set_labels.index(label)
+        return mask
+    return None
+
+
+def value_sql(col: Column, value: Any) -> str:
+    """A literal that stores exactly `value` in `col` (INSERT values, UPDATE SET)."""
+    if value is None or isinstance(value, (bool, int, Decimal, float)):
+        return sql_literal(value, col.type)
+    if col.type in (T.ENUM, T.SET):
+        number = _label_number(col, value)
+        return str(number) if number is not None else sql_literal(value)
+    charset = _charset(col)
+    if col.type in _CHAR_TYPES and isinstance(value, str) and charset not in _UTF8_CHARSETS and not (
+            charset is not None and charset not in _WIDE_CHARSETS and value.isascii() and _plain(value)):
+        # latin1, ucs2, ... or an unknown charset: the stored bytes as a binary string, which the server copies
+        # into the column unchanged (a utf8mb4 text literal would be converted, and guessed text mis-stored).
+        # Plain ASCII text in a known ASCII-compatible charset stays readable: it converts to the same bytes.
+        raw = stored_bytes(col, value)
+        if raw is not None:
+            return "X'" + raw.hex() + "'"
+    return sql_literal(value, col.type)
+
+
+def match_sql(col: Column, name: str, value: Any) -> str:
+    """A condition true exactly for rows whose `col` holds `value`, byte for byte, whatever the collation:
+    'ABC' = 'abc', 'x ' = 'x' and different emoji are equal under MariaDB's collations, so text is compared as
+    its stored bytes (CAST(col AS BINARY)); FLOAT as the exact double; ENUM/SET by index/bitmask."""
+    q = quote_ident(name)
+    if value is None:
+        return f"{q} IS NULL"
+    if isinstance(value, float):
+        return f"{q}={float_literal(value)}"
+    if col.type in (T.ENUM, T.SET):
+        number = _label_number(col, value)
+        if number is not None:
+            return f"{q}+0={number}"
+    if col.type == T.JSON and isinstance(value, str):  # MySQL's binary JSON: compared as JSON values
+        return f"{q}=CAST({text_literal(value)} AS JSON)"
+    if isinstance(value, (str, bytes, bytearray, memoryview)) and (col.type in _CHAR_TYPES or not isinstance(value, str)):
+        raw = stored_bytes(col, value)
+        if raw is not None:
+            if col.collation == BINARY and col.type in _CHAR_TYPES:
+                return f"{q}=X'{raw.hex()}'"  # binary collation: every byte counts, and the index can be used
+            return f"CAST({q} AS BINARY)=X'{raw.hex()}'"
+    return f"{q}={value_sql(col, value)}"
 
 
 def _names(table: TableMap) -> list[str]:
@@ -208,23 +311,34 @@ def _names(table: TableMap) -> list[str]:
     return [c.name for c in table.columns]  # type: ignore[misc]
 
 
-def _assignments(table: TableMap, values: list, sep: str, for_where: bool) -> str:
+def _assignments(table: TableMap, values: list) -> str:
     names = _names(table)
     parts = []
     for i, (name, v) in enumerate(zip(names, values, strict=False)):
         if v is ABSENT:
             continue
-        col = table.columns[i]
         if type(v) is JsonPatch:
-            if for_where:
-                raise OutputError(f"{table.qualified_name}: a partial JSON update cannot identify a row")
             parts.append(f"{quote_ident(name)}={json_patch_sql(quote_ident(name), v)}")
             continue
-        if for_where and v is None:
-            parts.append(f"{quote_ident(name)} IS NULL")
-        else:
-            parts.append(f"{quote_ident(name)}={sql_literal(v, col.type)}")
-    return sep.join(parts)
+        parts.append(f"{quote_ident(name)}={value_sql(table.columns[i], v)}")
+    return ", ".join(parts)
+
+
+def _conditions(table: TableMap, values: list, keyed: bool) -> str:
+    names = _names(table)
+    parts = []
+    for i, (name, v) in enumerate(zip(names, values, strict=False)):
+        if v is ABSENT:
+            continue
+        if type(v) is JsonPatch:
+            raise OutputError(f"{table.qualified_name}: a partial JSON update cannot identify a row")
+        col = table.columns[i]
+        exact = match_sql(col, name, v)
+        if keyed and exact.startswith("CAST(") and isinstance(v, str) and col.type in _CHAR_TYPES:
+            # a key column: compare under its collation too, so that the key's index finds the row
+            exact = f"{quote_ident(name)}={value_sql(col, v)} AND {exact}"
+        parts.append(exact)
+    return " AND ".join(parts)
 
 
 def json_patch_sql(target: str, patch: JsonPatch) -> str:
@@ -242,24 +356,25 @@ def json_patch_sql(target: str, patch: JsonPatch) -> str:
 
 
 def _where(table: TableMap, values: list) -> str:
+    """Identifies the row exactly: by the primary key when the table map names one, else by every column."""
     if table.primary_key and all(values[i] is not ABSENT for i in table.primary_key):
         keyed = [v if i in table.primary_key else ABSENT for i, v in enumerate(values)]
-        return _assignments(table, keyed, " AND ", True)
-    return _assignments(table, values, " AND ", True)
+        return _conditions(table, keyed, True)
+    return _conditions(table, values, False)
 
 
 def _insert(table: TableMap, values: list) -> str:
     names = _names(table)
-    cols = [(n, v, c.type) for n, v, c in zip(names, values, table.columns, strict=False) if v is not ABSENT]
+    cols = [(n, v, c) for n, v, c in zip(names, values, table.columns, strict=False) if v is not ABSENT]
     return (
         f"INSERT INTO {quote_ident(table.database)}.{quote_ident(table.table)} "
-        f"({', '.join(quote_ident(n) for n, _, _ in cols)}) VALUES ({', '.join(sql_literal(v, t) for _, v, t in cols)});"
+        f"({', '.join(quote_ident(n) for n, _, _ in cols)}) VALUES ({', '.join(value_sql(c, v) for _, v, c in cols)});"
     )
 
 
 def _update(table: TableMap, new: list, old: list) -> str:
     return (
-        f"UPDATE {quote_ident(table.database)}.{quote_ident(table.table)} SET {_assignments(table, new, ', ', False)} "
+        f"UPDATE {quote_ident(table.database)}.{quote_ident(table.table)} SET {_assignments(table, new)} "
         f"WHERE {_where(table, old)} LIMIT 1;"
     )
 
@@ -289,6 +404,13 @@ def rollback_sql(c: RowChange) -> str:
     raise OutputError(f"unknown operation {c.op}")
 
 
+def comment_text(text: str) -> str:
+    """Text for a `# ...` comment line: anything that is not printable (newlines above all), `%` and `\\` are
+    percent-encoded (UTF-8 bytes), so a file name can never end the comment and start a statement."""
+    return "".join(ch if ch.isprintable() and ch not in "%\\" else "".join(f"%{b:02X}" for b in ch.encode(
+        "utf-8", "surrogatepass")) for ch in text)
+
+
 # Values are written as the server stored them: UTC timestamps, zero dates allowed, explicit zeros kept.
 SQL_HEADER = "SET time_zone='+00:00';\nSET NAMES utf8mb4;\nSET SESSION sql_mode='NO_AUTO_VALUE_ON_ZERO';\n"
 
@@ -298,7 +420,7 @@ def write_sql(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
     n = 0
     for r in records:
         if isinstance(r, RowChange):
-            out.write(f"# {r.file}:{r.pos} {format_ts(r.ts)}\n{forward_sql(r)}\n")
+            out.write(f"# {comment_text(r.file)}:{r.pos} {format_ts(r.ts)}\n{forward_sql(r)}\n")
             n += 1
     return n
 
@@ -312,7 +434,7 @@ def write_rollback(records: Iterable[RowChange | EventRecord], out: TextIO) -> i
         for r in records:
             if isinstance(r, RowChange):
                 offsets.append(spool.tell())
-                spool.write(f"# undo {r.file}:{r.pos}#{r.row}\n{rollback_sql(r)}\n".encode())
+                spool.write(f"# undo {comment_text(r.file)}:{r.pos}#{r.row}\n{rollback_sql(r)}\n".encode())
         end = spool.tell()
         out.write(SQL_HEADER)
         for start in reversed(offsets):
