@@ -16,6 +16,8 @@ from .binlog.errors import BinlogError, SchemaMismatch
 from .binlog.output import OutputError
 from .exitcodes import ExitCode, UnavailableError, UsageError
 
+ENGINES = ("delta-rs", "delta-spark")  # binlake.lake.engines.factory.ENGINE_NAMES (not imported: startup time)
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit code 2, ExitCode.USAGE)."""
@@ -48,6 +50,13 @@ def _seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text}")
     return value
+
+
+def _smtp_host(text: str) -> str:
+    host, sep, port = text.rpartition(":") if ":" in text else (text, "", "")
+    if not host or (sep and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise argparse.ArgumentTypeError(f"expected HOST or HOST:PORT, not {text!r}")
+    return text
 
 
 def _regex(text: str) -> str:
@@ -234,7 +243,7 @@ def _add_quality_options(p: argparse.ArgumentParser) -> None:
                    "than the batch end (default: not checked)")
     p.add_argument("--alert-webhook", help="URL that gate-failure alerts are POSTed to (JSON)")
     p.add_argument("--alert-email", action="append", default=[], help="alert recipient (needs --smtp-host)")
-    p.add_argument("--smtp-host", help="SMTP server for alert emails (host or host:port)")
+    p.add_argument("--smtp-host", type=_smtp_host, help="SMTP server for alert emails (host or host:port)")
     p.add_argument("--no-gates", action="store_true", help="skip the quality gates")
 
 
@@ -421,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lake", required=True, help="lake root directory")
     p.add_argument("--batch", type=_count(0), help="batch id (default: every batch)")
     p.add_argument("--out", required=True, help="HTML file to write")
-    p.add_argument("--engine", default=None)
+    p.add_argument("--engine", default=None, choices=ENGINES)
     p.add_argument("--pipeline", default="default")
     p.set_defaults(func=cmd_report)
 
@@ -449,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--public-link", action="store_true", help="download through the public link (default intranet)")
     p.add_argument("--schemas", help="DDL snapshot store or directory of <db>.sql files")
     p.add_argument("--instance", default="default", help="source instance name (snapshot store, control table)")
-    p.add_argument("--engine", default=None, help="delta-rs (default) or delta-spark")
+    p.add_argument("--engine", default=None, choices=ENGINES, help="delta-rs (default) or delta-spark")
     p.add_argument("--pipeline", default="default", help="pipeline name (part of every commit's app id)")
     p.add_argument("--tables", type=_regex, help="regular expression on db.table to ingest")
     p.add_argument("--databases", help="comma-separated databases to ingest")
@@ -479,12 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lake", required=True)
     p.add_argument("--table", required=True, help="db.table")
     p.add_argument("--key", action="append", required=True, help="column=value (repeat for composite keys)")
-    p.add_argument("--engine", default=None)
+    p.add_argument("--engine", default=None, choices=ENGINES)
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("query", help="SQL over the lake's tables (db.table, db.table__history)")
     p.add_argument("--lake", required=True)
-    p.add_argument("--engine", default=None)
+    p.add_argument("--engine", default=None, choices=ENGINES)
     p.add_argument("sql")
     p.set_defaults(func=cmd_query)
 
@@ -499,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
             q.add_argument("batch", type=_count(0), help="batch number")
         q.add_argument("--lake", required=True)
         q.add_argument("--pipeline", default="default")
-        q.add_argument("--engine", default=None)
+        q.add_argument("--engine", default=None, choices=ENGINES)
         if action == "release":
             q.add_argument("--no-run", action="store_true", help="only release; the next ingest runs the batch")
         if action in ("release", "discard"):
@@ -512,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lake", required=True)
     p.add_argument("--out", required=True, help="HTML file to write")
     p.add_argument("--batch", type=_count(0), help="only this batch")
-    p.add_argument("--engine", default=None)
+    p.add_argument("--engine", default=None, choices=ENGINES)
     p.set_defaults(func=cmd_quality_report)
 
     p = sub.add_parser("demo", help="write sample binlogs and decode them (no server, no network)")

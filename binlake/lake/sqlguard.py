@@ -106,7 +106,7 @@ def rewrite_query(sql: str, tables: dict[str, str]) -> tuple[str, dict[str, str]
         db = table.args.get("db")
         ident = table.this
         if db is None:
-            if ident.name in ctes:
+            if ident.name in ctes or (not ident.quoted and ident.name.lower() in {c.lower() for c in ctes}):
                 continue
             raise _refuse(f"unknown table {ident.name!r}: name lake tables as db.table or db.table__history")
         name = _resolve(f"{db.name}.{ident.name}", db.quoted or ident.quoted, tables)

@@ -167,6 +167,23 @@ def test_lake_arguments(capsys, tmp_path: Path, lake: Path) -> None:
     assert tree(lake) == before
 
 
+def test_option_values(capsys, tmp_path: Path, lake: Path) -> None:
+    from binlake.cli import ENGINES
+    from binlake.lake.engines.factory import ENGINE_NAMES
+
+    assert ENGINES == ENGINE_NAMES
+    src = f"local:{SMALL}"
+    for args in (["ingest", "--source", src, "--lake", str(tmp_path / "l"), "--engine", "nosuch"],
+                 ["trace", "--lake", str(lake), "--table", "toddy_test.outbox", "--key", "id=1", "--engine", "x"],
+                 ["query", "--lake", str(lake), "--engine", "duckdb", "SELECT 1"]):
+        fails(capsys, tmp_path, ExitCode.USAGE, *args, says="--engine")
+    for bad in ("h:notaport", "h:0", ":25", "h:99999"):
+        fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", src, "--lake", str(tmp_path / "l"),
+              "--smtp-host", bad, says="--smtp-host")
+    for cmd in (["quarantine"], ["schema"], ["quality"], ["quarantine", "list"], ["query", "--lake", str(lake)]):
+        fails(capsys, tmp_path, ExitCode.USAGE, *cmd, says="required")
+
+
 def test_unreachable_server_names_the_option_without_the_password(capsys, tmp_path: Path) -> None:
     import socket
 

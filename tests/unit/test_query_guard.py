@@ -135,6 +135,9 @@ def test_select_shapes(lake: Path) -> None:
                        "EXCEPT SELECT 62 ORDER BY id").to_pylist()
     assert got == [{"id": 63}]
     assert run_query(q, "(SELECT 1 AS a)").to_pylist() == [{"a": 1}]
+    # quoted names holding quotes and SQL stay names
+    got = run_query(q, 'WITH "w""x; DROP" AS (SELECT 1 AS v) SELECT v AS "a""b FROM t; --" FROM "w""x; DROP"')
+    assert got.to_pylist() == [{'a"b FROM t; --': 1}]
 
 
 def test_rewrite_registers_only_named_tables() -> None:

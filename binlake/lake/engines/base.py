@@ -12,6 +12,8 @@ from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 import pyarrow as pa
 
+from ...exitcodes import ExitCode
+
 SEQ = "_seq"
 """Order key column of current-state tables (long; larger is newer)."""
 DELETED = "_deleted"
@@ -24,6 +26,8 @@ class EngineError(RuntimeError):
 
 class EngineUnavailable(EngineError):
     """The configured engine cannot run in this process (missing package, jars or session)."""
+
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class MergeInputError(EngineError, ValueError):
