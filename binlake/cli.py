@@ -165,6 +165,13 @@ def cmd_decode(args: argparse.Namespace) -> int:
             print(f"binlake: {r.name}: read ended at position {r.end.pos} ({r.end.status})", file=sys.stderr)
     if args.output:
         print(f"binlake: wrote {n} records to {args.output}", file=sys.stderr)
+    if decoder.table_errors:
+        from .binlog.api import table_error_lines
+        from .exitcodes import ExitCode
+
+        for line in table_error_lines(decoder.table_errors):
+            print(f"binlake: error: UnreadableTableMap: {line}", file=sys.stderr)
+        return ExitCode.BAD_DATA
     return 0
 
 
@@ -190,6 +197,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(render_text(report))
+    if report["table_errors"]:
+        from .exitcodes import ExitCode
+
+        for line in report["table_errors"]:
+            print(f"binlake: error: UnreadableTableMap: {line}", file=sys.stderr)
+        return ExitCode.BAD_DATA
     return 0
 
 

@@ -126,5 +126,21 @@ def compute_stats(files: Sequence[str | Path], options: DecodeOptions | None = N
     stats.consume_batched(_reporting(items, progress, 64) if progress is not None else items)
     elapsed = time.perf_counter() - started
     size = sum(os.path.getsize(f) for f in files)
-    return stats_report(stats, decoder.results, event_type_counts(decoder.event_counts), decoder.events_per_second,
-                        elapsed, size)
+    report = stats_report(stats, decoder.results, event_type_counts(decoder.event_counts),
+                          decoder.events_per_second, elapsed, size)
+    # Rows events of tables whose TABLE_MAP could not be read: not counted above, reported here.
+    report["table_errors"] = table_error_lines(decoder.table_errors)
+    return report
+
+
+def table_error_lines(errors: Sequence) -> list[str]:
+    """One line per table and file for UnreadableTableMap errors: the first error and how many events it held."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for e in errors:
+        groups.setdefault((e.file, e.db, e.table), []).append(e)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        more = f" ({len(group)} rows events held back, the last at {group[-1].pos})" if len(group) > 1 else ""
+        out.append(f"{first}{more}")
+    return out

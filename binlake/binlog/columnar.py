@@ -30,7 +30,15 @@ from .constants import RowsKind
 from .packing import BodyError
 from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, timestamp_base
 from .tablemap import Column, TableMap
-from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text
+from .values import (
+    ValueError_,
+    _frac_reader,
+    column_decoder,
+    decimal_groups,
+    guess_text,
+    value_prefix,
+    wrapped_value,
+)
 
 CACHE_LIMIT = 65_536
 DECIMAL_INT_PARTS = 512  # integer parts cached per DECIMAL(p,s), each with its values (memory bound)
@@ -207,6 +215,10 @@ def plan_column(col: Column, bit: int) -> _Col:
     """The unpacking and conversion of one column (raises ValueError_ on impossible metadata)."""
     t = col.type
     column_decoder(col)  # the reference decoder validates the metadata
+    wrapped = wrapped_value(col)
+    if wrapped is not None:  # INET4/INET6/UUID, vectors, COMPRESSED: length-prefixed bytes, then one more step
+        vec, one = _mapped(wrapped)
+        return _Col(col.index, bit, None, value_prefix(col), vec, one)
     if t in _INT_CODES:
         return _Col(col.index, bit, [_INT_CODES[t][col.signed is False]], 0, _first, _same)
     if t == T.FLOAT:

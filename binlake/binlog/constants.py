@@ -136,6 +136,9 @@ class ColumnType(IntEnum):
     DATETIME2 = 18
     TIME2 = 19
     TYPED_ARRAY = 20
+    # MariaDB: COMPRESSED columns (field_comp.cc), as TEXT/BLOB and VARCHAR/VARBINARY with a compression header
+    BLOB_COMPRESSED = 140
+    VARCHAR_COMPRESSED = 141
     VECTOR = 242
     INVALID = 243
     BOOL = 244

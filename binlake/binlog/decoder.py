@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
-from .errors import BinlogError, CorruptEvent, MissingTableMap, SchemaMismatch, UnknownEvent, UnsupportedFeature
+from .errors import (
+    BinlogError,
+    CorruptEvent,
+    MissingTableMap,
+    SchemaMismatch,
+    UnknownEvent,
+    UnreadableTableMap,
+    UnsupportedFeature,
+)
 from .events import (
     parse_binlog_checkpoint,
     parse_gtid,
@@ -45,6 +53,16 @@ OPS = {RowsKind.WRITE: OP_INSERT, RowsKind.UPDATE: OP_UPDATE, RowsKind.DELETE: O
 HEADER = struct.Struct("<IBIIIH")
 
 SKIPPED = "skipped"
+
+
+class _Unreadable:
+    """The decoder slot of a TABLE_MAP that cannot be read: why, and where that TABLE_MAP was."""
+
+    __slots__ = ("pos", "reason")
+
+    def __init__(self, reason: str, pos: int) -> None:
+        self.reason = reason
+        self.pos = pos
 
 
 class TableResolver(Protocol):
@@ -197,6 +215,9 @@ class BinlogDecoder:
         self.options = options or DecodeOptions()
         self.results: list[FileResult] = []
         self.skipped: list[SkippedEvent] = []
+        # Rows events of tables whose TABLE_MAP could not be read, one error each, in binlog order (the read goes
+        # on; with `commits`/`all_events` each also comes as a "table_error" record in the stream).
+        self.table_errors: list[UnreadableTableMap] = []
         # Event tallies by type name ("inner:NAME" inside TRANSACTION_PAYLOAD) and by header second.
         self.event_counts: Counter = Counter()
         self.events_per_second: Counter = Counter()
@@ -490,11 +511,17 @@ class _FileState:
         cache = self.d._decoder_cache
         cached = cache.get(key)
         if cached is None:
-            tm = parse_table_map(buf, body, end, fde)
-            dec: RowImageDecoder | str | None = None
+            dec: RowImageDecoder | str | _Unreadable | None = None
+            try:
+                tm = parse_table_map(buf, body, end, fde)
+            except (BodyError, ValueError_, struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+                # Only this table is held back, when its names can be read (else the event is corrupt).
+                db, table = table_map_names(buf, body + id_len + 2, end)
+                tm = TableMap(table_id, db, table, [])
+                dec = _Unreadable(str(exc), ev.pos)
             wanted = self._wanted(tm)
             # A table outside --databases/--tables is never resolved: its schema cannot stop the read.
-            if wanted and resolver is not None:
+            if wanted and resolver is not None and dec is None:
                 try:
                     tm = resolver.resolve(tm, self.name, ev.pos, fde.is_mariadb)
                 except SchemaMismatch as exc:
@@ -503,9 +530,14 @@ class _FileState:
                     self.d.skipped.append(SkippedEvent(self.name, ev.pos, tm.qualified_name, str(exc)))
                     dec = SKIPPED
             if dec is None and wanted:
-                dec = RowImageDecoder(tm)
+                try:
+                    dec = RowImageDecoder(tm)
+                except ValueError_ as exc:  # a column type or its metadata this decoder cannot decode
+                    dec = _Unreadable(str(exc), ev.pos)
+            elif not wanted:
+                dec = None
             cached = (tm, dec)
-            if dec is not SKIPPED:
+            if dec is not SKIPPED and type(dec) is not _Unreadable:
                 if len(cache) > 10000:
                     cache.clear()
                 cache[key] = cached
@@ -535,6 +567,13 @@ class _FileState:
             return
         if dec is SKIPPED:  # --on-schema-mismatch skip: every skipped event is reported
             self.d.skipped.append(SkippedEvent(self.name, ev.pos, tm.qualified_name, "rows event skipped"))
+            return
+        if type(dec) is _Unreadable:  # held back with a per-table error; the read goes on
+            err = UnreadableTableMap(self.name, ev.pos, tm.database, tm.table, dec.reason,
+                                     dec.pos if not self.in_payload else None)
+            self.d.table_errors.append(err)
+            if self.opts.commits or self.opts.all_events:
+                yield self._record("table_error", ev, sub, table=tm.qualified_name, error=str(err))
             return
         op = OPS[kind]
         opts = self.opts

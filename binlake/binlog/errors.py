@@ -53,3 +53,19 @@ class SchemaMismatch(BinlogError):
         self.table = table
         self.column = column
         super().__init__(message, file, pos)
+
+
+class UnreadableTableMap(BinlogError):
+    """A rows event of a table whose TABLE_MAP this decoder cannot read (an unknown column type, metadata that does
+    not parse). Only that table is held back: the decoder reports each of its rows events with this error
+    (`file`, `pos` of the rows event, `db`, `table`, `reason`) and reads on; other tables are decoded as usual."""
+
+    def __init__(self, file: str, pos: int | None, db: str, table: str, reason: str, table_map_pos: int | None = None
+                 ) -> None:
+        self.db = db
+        self.table = table
+        self.reason = reason
+        self.table_map_pos = table_map_pos
+        super().__init__(f"rows event of {db}.{table} held back: its TABLE_MAP"
+                         f"{'' if table_map_pos is None else f' at {table_map_pos}'} cannot be read ({reason})",
+                         file, pos)

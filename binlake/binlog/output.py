@@ -41,9 +41,11 @@ def format_ts(ts: int) -> str:
 # -- JSON lines -------------------------------------------------------------------------------------------
 
 
-def _json_formatter(col_type: int) -> Callable[[Any], Any] | None:
+def _json_formatter(col_type: int, logical: str | None = None) -> Callable[[Any], Any] | None:
     if col_type == T.FLOAT:
         return float32_value
+    if col_type == T.VECTOR or logical == "vector":
+        return lambda v: [float32_value(x) for x in v]
     if col_type == T.JSON:
         return lambda v: _json_patch(v) if type(v) is JsonPatch else RawJson(v)
     return None
@@ -71,7 +73,7 @@ def _generic_json(value: Any) -> Any:
 def _json_plan(table: TableMap) -> list[tuple[str, Callable | None]]:
     plan = getattr(table, "_json_plan", None)
     if plan is None:
-        plan = [(c.key, _json_formatter(c.type)) for c in table.columns]
+        plan = [(c.key, _json_formatter(c.type, c.logical)) for c in table.columns]
         table._json_plan = plan  # type: ignore[attr-defined]
     return plan
 
@@ -178,7 +180,10 @@ def write_jsonl(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
 # -- SQL --------------------------------------------------------------------------------------------------
 
 # Character types whose values are text in a column charset (bytes for the binary collation).
-_CHAR_TYPES = frozenset({T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB})
+_CHAR_TYPES = frozenset({T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB,
+                         T.VARCHAR_COMPRESSED, T.BLOB_COMPRESSED})
+# MariaDB INET4/INET6/UUID: stored as binary, decoded to text, written and compared as text (the server converts).
+_TEXT_FORM = ("inet4", "inet6", "uuid")
 _UTF8_CHARSETS = ("utf8mb4", "utf8mb3", "utf8")
 _WIDE_CHARSETS = ("ucs2", "utf16", "utf16le", "utf32")
 
@@ -222,6 +227,8 @@ def sql_literal(value: Any, col_type: int | None = None) -> str:
         return repr(float32_value(value) if col_type == T.FLOAT else value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "X'" + bytes(value).hex() + "'"
+    if isinstance(value, list):  # a vector: its exact bytes (little-endian 4-byte floats), which both servers take
+        return "X'" + struct.pack(f"<{len(value)}f", *value).hex() + "'"
     return text_literal(str(value))
 
 
@@ -261,8 +268,10 @@ def _label_number(col: Column, value: Any) -> int | None:
 
 def value_sql(col: Column, value: Any) -> str:
     """A literal that stores exactly `value` in `col` (INSERT values, UPDATE SET)."""
-    if value is None or isinstance(value, (bool, int, Decimal, float)):
+    if value is None or isinstance(value, (bool, int, Decimal, float, list)):
         return sql_literal(value, col.type)
+    if col.logical in _TEXT_FORM and isinstance(value, str):
+        return text_literal(value)
     if col.type in (T.ENUM, T.SET):
         number = _label_number(col, value)
         return str(number) if number is not None else sql_literal(value)
@@ -291,6 +300,8 @@ def match_sql(col: Column, name: str, value: Any) -> str:
         number = _label_number(col, value)
         if number is not None:
             return f"{q}+0={number}"
+    if col.logical in _TEXT_FORM and isinstance(value, str):
+        return f"{q}={text_literal(value)}"
     if col.type == T.JSON and isinstance(value, str):  # MySQL's binary JSON: compared as JSON values
         return f"{q}=CAST({text_literal(value)} AS JSON)"
     if isinstance(value, (str, bytes, bytearray, memoryview)) and (col.type in _CHAR_TYPES or not isinstance(value, str)):

@@ -17,7 +17,7 @@ from typing import Any
 from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .tablemap import Column, TableMap
-from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text
+from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text, wrapped_value
 
 _gmtime = time.gmtime
 _ts_cache: dict[int, str] = {}
@@ -178,7 +178,10 @@ def _emit_column(g: _Gen, col: Column, v: str, ind: int) -> None:
     """Code that sets `v` from buf at off and advances off."""
     t = col.type
     e = g.emit
-    if t == T.TINY:
+    if wrapped_value(col) is not None:  # INET4/INET6/UUID, vectors, COMPRESSED: the reference decoder
+        fn = g.ref(column_decoder(col), "col")
+        e(ind, f"{v}, off = {fn}(buf, off)")
+    elif t == T.TINY:
         e(ind, f"{v} = buf[off]")
         if col.signed is not False:
             e(ind, f"if {v} > 127: {v} -= 256")

@@ -14,7 +14,7 @@ from .events import maria_uncompress
 from .fde import FormatDescription
 from .packing import BodyError, need, packed_int, take
 from .rowcodegen import compile_image_decoder
-from .tablemap import CHARACTER_TYPES, Column, TableMap, signedness_types
+from .tablemap import Column, TableMap, character_types, signedness_types
 from .values import ValueError_, column_decoder, string_real_type
 
 U16 = struct.Struct("<H")
@@ -67,10 +67,15 @@ class JsonPatch:
 
 _ONE_BYTE_META = frozenset(
     {T.FLOAT, T.DOUBLE, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.TIMESTAMP2,
-     T.DATETIME2, T.TIME2, T.VECTOR}
+     T.DATETIME2, T.TIME2, T.VECTOR, T.BLOB_COMPRESSED}
 )
-_TWO_BYTE_LE_META = frozenset({T.VARCHAR, T.VAR_STRING, T.BIT})
+_TWO_BYTE_LE_META = frozenset({T.VARCHAR, T.VAR_STRING, T.BIT, T.VARCHAR_COMPRESSED})
+_NO_META = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.NULL, T.YEAR, T.DATE, T.NEWDATE, T.TIMESTAMP,
+                      T.DATETIME, T.TIME})
 _TWO_BYTE_BE_META = frozenset({T.NEWDECIMAL, T.STRING, T.ENUM, T.SET, T.DECIMAL})
+
+
+_KNOWN_TYPES = frozenset(_ONE_BYTE_META | _TWO_BYTE_LE_META | _TWO_BYTE_BE_META | _NO_META | {T.TYPED_ARRAY})
 
 
 def _read_type_meta(t: int, buf: bytes, off: int, end: int) -> tuple[int, int, int]:
@@ -130,7 +135,9 @@ def parse_table_map(buf: bytes, body: int, end: int, fde: FormatDescription) -> 
         rt, meta, off = _read_type_meta(t, buf, off, meta_end)
         columns.append(Column(i, rt, meta))
     if off != meta_end:
-        raise BodyError(f"column metadata is {meta_len} bytes but the types use {off - (meta_end - meta_len)}")
+        unknown = [f"{t} (column {i + 1})" for i, t in enumerate(types) if t not in _KNOWN_TYPES]
+        raise BodyError(f"column metadata is {meta_len} bytes but the types use {off - (meta_end - meta_len)}"
+                        + (f"; unknown column type {', '.join(unknown)}" if unknown else ""))
     nbytes = (ncols + 7) // 8
     nulls, off = take(buf, off, nbytes, end)
     for i, col in enumerate(columns):
@@ -144,7 +151,7 @@ def _parse_optional_metadata(tm: TableMap, buf: bytes, off: int, end: int, maria
     cols = tm.columns
     covered = signedness_types(mariadb)
     numeric = [c for c in cols if c.type in covered]
-    character = [c for c in cols if c.type in CHARACTER_TYPES]
+    character = [c for c in cols if c.type in character_types(mariadb)]
     enum_set = [c for c in cols if c.type in (T.ENUM, T.SET)]
     enums = [c for c in cols if c.type == T.ENUM]
     sets = [c for c in cols if c.type == T.SET]

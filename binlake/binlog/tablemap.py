@@ -29,6 +29,9 @@ class Column:
     geometry_type: int | None = None
     visible: bool = True
     vector_dimension: int | None = None
+    # What the stored bytes mean beyond their binlog type: "inet4", "inet6", "uuid", "vector" (MariaDB writes
+    # these as BINARY/VARBINARY: only the schema tells; MySQL 9's VECTOR type says so itself).
+    logical: str | None = None
 
     @property
     def key(self) -> str:
@@ -60,7 +63,8 @@ MARIADB_NUMERIC_TYPES = frozenset(NUMERIC_TYPES | {ColumnType.YEAR, ColumnType.D
 def signedness_types(mariadb: bool) -> frozenset[int]:
     """The column types the SIGNEDNESS bitmap has a bit for, on MariaDB or on MySQL."""
     return MARIADB_NUMERIC_TYPES if mariadb else NUMERIC_TYPES
-# Types carrying a character set in COLUMN_CHARSET metadata (ENUM/SET are separate).
+# Types carrying a character set in DEFAULT_CHARSET/COLUMN_CHARSET metadata (ENUM/SET are separate).
+# MySQL: its is_character_type() list (VECTOR since 9.0; GEOMETRY is not in it).
 CHARACTER_TYPES = frozenset(
     {
         ColumnType.STRING,
@@ -70,8 +74,20 @@ CHARACTER_TYPES = frozenset(
         ColumnType.TINY_BLOB,
         ColumnType.MEDIUM_BLOB,
         ColumnType.LONG_BLOB,
+        ColumnType.VECTOR,
     }
 )
+# MariaDB: every field with a character set, which includes GEOMETRY (binary) and the COMPRESSED columns.
+# Checked on MariaDB 10.11: a GEOMETRY column takes an entry of COLUMN_CHARSET.
+MARIADB_CHARACTER_TYPES = frozenset(
+    (CHARACTER_TYPES - {ColumnType.VECTOR})
+    | {ColumnType.GEOMETRY, ColumnType.BLOB_COMPRESSED, ColumnType.VARCHAR_COMPRESSED}
+)
+
+
+def character_types(mariadb: bool) -> frozenset[int]:
+    """The column types the charset metadata has an entry for, on MariaDB or on MySQL."""
+    return MARIADB_CHARACTER_TYPES if mariadb else CHARACTER_TYPES
 
 
 @dataclass

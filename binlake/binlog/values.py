@@ -8,7 +8,10 @@ Value contract (what rows come out as, before any output formatting):
 - Character columns: str decoded with the column charset; binary-collation columns: bytes. When the charset is
   unknown (no metadata, no schema) a value that is valid UTF-8 is a str, else bytes.
 - ENUM: label (str) when labels are known, else the 1-based index (int). SET: comma-joined labels, else bitmask.
-- JSON: canonical JSON text (str). GEOMETRY, VECTOR: bytes as stored. NULL: None.
+- JSON: canonical JSON text (str). GEOMETRY: bytes as stored. NULL: None.
+- VECTOR (MySQL 9's type; MariaDB's when the schema says so): list of float (each a 4-byte float).
+- MariaDB INET4, INET6, UUID (BINARY storage; known from the schema): their text as the server prints it.
+- MariaDB COMPRESSED columns: the text (or bytes) they hold, decompressed.
 """
 
 from __future__ import annotations
@@ -377,6 +380,121 @@ def string_real_type(meta: int) -> tuple[int, int]:
     return (byte0 or T.STRING), byte1
 
 
+# -- MariaDB INET4/INET6/UUID, vectors, COMPRESSED columns -------------------------------------------------
+
+
+def inet4_text(raw: bytes) -> str:
+    """INET4's 4 bytes (network order; trailing zero bytes stripped in row images) as dotted quad."""
+    b = bytes(raw).ljust(4, b"\0")
+    if len(b) != 4:
+        raise ValueError_(f"INET4 value of {len(raw)} bytes")
+    return f"{b[0]}.{b[1]}.{b[2]}.{b[3]}"
+
+
+def inet6_text(raw: bytes) -> str:
+    """INET6's 16 bytes as the server prints them: lower-case hex groups without leading zeros, the first longest
+    run of zero groups (even a single one) as '::', IPv4-compatible (::a.b.c.d) and IPv4-mapped (::ffff:a.b.c.d)
+    addresses with a dotted quad."""
+    b = bytes(raw).ljust(16, b"\0")
+    if len(b) != 16:
+        raise ValueError_(f"INET6 value of {len(raw)} bytes")
+    words = [b[i] << 8 | b[i + 1] for i in range(0, 16, 2)]
+    gap_pos, gap_len, run_pos, run_len = -1, 0, -1, 0
+    for i, w in enumerate(words):
+        if w == 0:
+            if run_pos < 0:
+                run_pos, run_len = i, 0
+            run_len += 1
+            if run_len > gap_len:
+                gap_pos, gap_len = run_pos, run_len
+        else:
+            run_pos = -1
+    out = []
+    i = 0
+    while i < 8:
+        if i == gap_pos:
+            out.append("::" if i == 0 else ":")
+            i += gap_len
+            continue
+        if i == 6 and gap_pos == 0 and (gap_len == 6 or (gap_len == 5 and words[5] == 0xFFFF)):
+            out.append(inet4_text(b[12:]))
+            break
+        out.append(f"{words[i]:x}" + (":" if i != 7 else ""))
+        i += 1
+    return "".join(out)
+
+
+def uuid_text(raw: bytes) -> str:
+    """UUID's 16 bytes (in text order in row images; trailing zero bytes stripped) as 8-4-4-4-12 lower-case hex."""
+    b = bytes(raw).ljust(16, b"\0")
+    if len(b) != 16:
+        raise ValueError_(f"UUID value of {len(raw)} bytes")
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def vector_floats(raw: bytes) -> list[float]:
+    """A vector's bytes (little-endian 4-byte floats, MySQL 9 and MariaDB alike) as a list of floats."""
+    n = len(raw)
+    if n % 4:
+        raise ValueError_(f"VECTOR value of {n} bytes is not a whole number of 4-byte floats")
+    return list(struct.unpack(f"<{n // 4}f", raw))
+
+
+def maria_uncompressed(raw: bytes) -> bytes:
+    """A MariaDB COMPRESSED column's stored value as the bytes it holds: empty stays empty; else one header byte,
+    then the bytes as they are (top bit clear) or, top bit set, the original length (big-endian, in the header's
+    low 3 bits of bytes) and a raw deflate stream."""
+    if not raw:
+        return b""
+    head = raw[0]
+    if not head & 0x80:
+        return bytes(raw[1:])
+    nlen = head & 7
+    if not 1 <= nlen <= 4 or len(raw) < 1 + nlen:
+        raise ValueError_(f"COMPRESSED value header {head:#x} is not one MariaDB writes")
+    size = int.from_bytes(raw[1 : 1 + nlen], "big")
+    import zlib
+
+    try:
+        out = zlib.decompressobj(-15).decompress(bytes(raw[1 + nlen :]), size + 1)
+    except zlib.error as exc:
+        raise ValueError_(f"COMPRESSED value does not inflate ({exc})") from None
+    if len(out) != size:
+        raise ValueError_(f"COMPRESSED value inflates to {len(out)} bytes, its header says {size}")
+    return out
+
+
+LOGICAL_TYPES = {"inet4": inet4_text, "inet6": inet6_text, "uuid": uuid_text, "vector": vector_floats}
+COMPRESSED_TYPES = frozenset({T.BLOB_COMPRESSED, T.VARCHAR_COMPRESSED})
+
+
+def value_prefix(col: Column) -> int:
+    """Bytes of the length in front of a variable-length column's value."""
+    t = col.type
+    if t in (T.VARCHAR, T.VAR_STRING, T.STRING, T.VARCHAR_COMPRESSED):
+        return 1 if col.meta < 256 else 2
+    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB_COMPRESSED):
+        return col.meta
+    return col.meta or 4  # JSON, GEOMETRY, VECTOR
+
+
+def wrapped_value(col: Column):
+    """bytes -> value for the columns whose stored bytes need one more step (the types above), else None.
+    Every decoder path (values, rowcodegen, columnar) reads these as length-prefixed bytes and calls this."""
+    if col.type in COMPRESSED_TYPES:
+        text = _text_converter(col)
+        return (lambda raw: text(maria_uncompressed(raw))) if text else maria_uncompressed
+    logical = col.logical or ("vector" if col.type == T.VECTOR else None)
+    if logical is None:
+        return None
+    fn = LOGICAL_TYPES[logical]
+    if col.type == T.STRING:
+        width = col.meta
+        return lambda raw: fn(bytes(raw).ljust(width, b"\0"))
+    return fn
+
+
 # -- factory ----------------------------------------------------------------------------------------------
 
 
@@ -386,6 +504,7 @@ def _check_meta(col: Column) -> None:
     bad = (
         (t in (T.DATETIME2, T.TIMESTAMP2, T.TIME2) and m > 6)
         or (t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.VECTOR) and m > 4)
+        or (t == T.BLOB_COMPRESSED and not 1 <= m <= 4)
         or (t == T.ENUM and m not in (1, 2))
         or (t == T.SET and not 1 <= m <= 8)
         or (t == T.BIT and ((m >> 8) > 8 or (m & 0xFF) > 7))
@@ -398,6 +517,9 @@ def column_decoder(col: Column) -> Decoder:
     """Build the decoder for one column (its type already resolved from STRING metadata by the table map)."""
     t = col.type
     _check_meta(col)
+    wrapped = wrapped_value(col)
+    if wrapped is not None:
+        return make_length_prefixed(value_prefix(col), wrapped)
     if t in INTEGER_DECODERS:
         signed_fn, unsigned_fn = INTEGER_DECODERS[t]
         return unsigned_fn if col.signed is False else signed_fn

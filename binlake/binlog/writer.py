@@ -54,7 +54,7 @@ from .constants import ColumnType as T
 from .constants import EventType as E
 from .constants import TableMapMeta as M
 from .packing import encode_packed_int
-from .tablemap import CHARACTER_TYPES, Column, TableMap, signedness_types
+from .tablemap import Column, TableMap, character_types, signedness_types
 
 __all__ = ["BinlogWriter", "GtidSet", "Transaction", "column", "packed_int"]
 
@@ -861,14 +861,15 @@ def _optional_metadata(cols: list[Column], primary_key: list[int] | None, full: 
     With `mariadb` the SIGNEDNESS bitmap covers MariaDB's set of numeric types (YEAR included)."""
     covered = signedness_types(mariadb)
     numeric = [c for c in cols if c.type in covered]
-    character = [c for c in cols if c.type in CHARACTER_TYPES]
+    character = [c for c in cols if c.type in character_types(mariadb)]
     enum_set = [c for c in cols if c.type in (T.ENUM, T.SET)]
     geoms = [c for c in cols if c.type == T.GEOMETRY]
     out = bytearray()
     if numeric:
         # MariaDB flags YEAR unsigned.
         out += _tlv(M.SIGNEDNESS, _msb_bitmap([c.signed is False or c.type == T.YEAR for c in numeric]))
-    coll = [c.collation if c.collation is not None else UTF8MB4_0900_AI_CI for c in character]
+    coll = [c.collation if c.collation is not None
+            else BINARY_COLLATION if c.type in (T.GEOMETRY, T.VECTOR) else UTF8MB4_0900_AI_CI for c in character]
     out += _charset_field(coll, M.DEFAULT_CHARSET, M.COLUMN_CHARSET)
     if geoms:
         out += _tlv(M.GEOMETRY_TYPE, b"".join(packed_int(c.geometry_type or 0) for c in geoms))
@@ -896,11 +897,11 @@ def _name_bytes(what: str, name: str) -> bytes:
     return raw
 
 
-def _table_map_body(tm: TableMap, full: bool, mariadb: bool = False) -> bytes:
+def _table_map_body(tm: TableMap, full: bool, mariadb: bool = False, raw: dict[int, bytes] | None = None) -> bytes:
     cols = tm.columns
     types, metas = bytearray(), bytearray()
     for c in cols:
-        t, m = _type_metadata(c)
+        t, m = (c.type, raw[c.index]) if raw and c.index in raw else _type_metadata(c)
         types.append(t)
         metas += m
     nulls = bytearray((len(cols) + 7) // 8)
@@ -919,10 +920,10 @@ def _table_map_body(tm: TableMap, full: bool, mariadb: bool = False) -> bytes:
 class _Table:
     """A defined table: its TABLE_MAP body and a row-image encoder."""
 
-    def __init__(self, tm: TableMap, full: bool, mariadb: bool = False) -> None:
+    def __init__(self, tm: TableMap, full: bool, mariadb: bool = False, raw: dict[int, bytes] | None = None) -> None:
         self.map = tm
-        self.table_map_body = _table_map_body(tm, full, mariadb)
-        self.encoders = [_encoder(c) for c in tm.columns]
+        self.table_map_body = _table_map_body(tm, full, mariadb, raw)
+        self.encoders = [bytes if raw and c.index in raw else _encoder(c) for c in tm.columns]
         self.nullable = [c.nullable for c in tm.columns]
         self.ncols = len(tm.columns)
         self.null_bytes = (self.ncols + 7) // 8
@@ -1108,21 +1109,28 @@ class BinlogWriter:
     # -- tables -----------------------------------------------------------------------------------------------
 
     def define_table(
-        self, table_id: int, database: str, table: str, columns: list[Column], primary_key: list[int] | None = None
+        self, table_id: int, database: str, table: str, columns: list[Column], primary_key: list[int] | None = None,
+        raw_metadata: dict[int, bytes] | None = None,
     ) -> TableMap:
-        """Registers a table; its TABLE_MAP is written before each statement on it. Returns the TableMap."""
+        """Registers a table; its TABLE_MAP is written before each statement on it. Returns the TableMap.
+
+        `raw_metadata` (column index -> TABLE_MAP metadata bytes) writes those columns' type code and metadata as
+        given, unchecked, and takes their row values as the bytes to store: for tables no server writes (unknown
+        type codes, malformed metadata) and types this writer has no encoder for."""
         if not 0 <= table_id < 1 << 48:
             raise ValueError(f"table id {table_id} does not fit in 6 bytes")
         if not columns:
             raise ValueError(f"{database}.{table} has no columns")
         for i, c in enumerate(columns):
-            _check_column(c, i)
+            if not (raw_metadata and i in raw_metadata):
+                _check_column(c, i)
             if self.full_metadata and not c.name:
                 raise ValueError(f"{database}.{table} column {i}: binlog_row_metadata=FULL needs column names")
         if primary_key and not all(0 <= i < len(columns) for i in primary_key):
             raise ValueError(f"{database}.{table}: primary key {primary_key} names a column that does not exist")
         tm = TableMap(table_id, database, table, list(columns), TM_BIT_LEN_EXACT_F, list(primary_key or []) or None)
-        self._tables[table_id] = _Table(tm, self.full_metadata, "mariadb" in self.server_version.lower())
+        self._tables[table_id] = _Table(tm, self.full_metadata, "mariadb" in self.server_version.lower(),
+                                        raw_metadata)
         return tm
 
     def _table(self, table: TableMap | int) -> _Table:

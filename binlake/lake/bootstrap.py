@@ -32,7 +32,7 @@ import pyarrow as pa
 from ..binlog.api import sequence_number
 from ..binlog.decoder import RowBatch
 from ..binlog.tablemap import Column, TableMap
-from ..schema.binlog_types import binlog_shape, collation_id
+from ..schema.binlog_types import LOGICAL_TYPES, binlog_shape, collation_id
 from ..schema.ddl import parse_create_table
 from ..schema.model import TableDef
 from ..schema.snapshot import binlog_position, connect_uri
@@ -81,6 +81,7 @@ def table_map_for(tdef: TableDef, mariadb: bool) -> TableMap:
     for i, c in enumerate(tdef.columns):
         shape = binlog_shape(c, mariadb)
         col = Column(i, shape.type, shape.meta or 0, c.nullable, not c.unsigned, collation_id(c), c.name)
+        col.logical = LOGICAL_TYPES.get(c.data_type)
         if c.data_type == "enum":
             col.enum_labels = list(c.labels or [])
         elif c.data_type == "set":
@@ -103,6 +104,8 @@ def _select_list(tdef: TableDef) -> str:
             out.append(f"CAST({name} AS CHAR)")
         elif c.data_type == "bit":
             out.append(f"CAST({name} AS UNSIGNED)")
+        elif c.data_type in ("inet4", "inet6", "uuid"):
+            out.append(f"CAST({name} AS CHAR)")
         else:
             out.append(name)
     return ", ".join(out)

@@ -12,7 +12,10 @@
 | TIMESTAMP | timestamp[us, UTC] (zero -> null, counted) |
 | TIME | string `[-]HHH:MM:SS[.f]` |
 | CHAR..TEXT, ENUM, SET, JSON | string (ENUM/SET without known labels: the index or bitmask as text, counted) |
-| BINARY..BLOB, GEOMETRY, VECTOR | binary |
+| BINARY..BLOB, GEOMETRY | binary |
+| VECTOR (MySQL 9; MariaDB 11.7+ known from the schema) | list<float32> |
+| MariaDB INET4, INET6, UUID (known from the schema) | string, as the server prints them |
+| MariaDB `... COMPRESSED` columns | as the same column uncompressed (string, or binary for binary ones) |
 """
 
 from __future__ import annotations
@@ -30,10 +33,17 @@ from ..binlog.rows import ABSENT, JsonPatch
 from ..binlog.tablemap import Column
 
 UINT64_DECIMAL = pa.decimal128(20, 0)
+VECTOR = pa.list_(pa.float32())
 
 
 def arrow_type(col: Column) -> pa.DataType:
     t, unsigned = col.type, col.signed is False
+    if col.logical in ("inet4", "inet6", "uuid"):
+        return pa.string()
+    if col.logical == "vector" or t == T.VECTOR:
+        return VECTOR
+    if t in (T.VARCHAR_COMPRESSED, T.BLOB_COMPRESSED):
+        return pa.binary() if col.is_binary else pa.string()
     if t == T.TINY:
         return pa.int16() if unsigned else pa.int8()
     if t == T.SHORT:
@@ -66,7 +76,7 @@ def arrow_type(col: Column) -> pa.DataType:
         return pa.binary() if col.is_binary else pa.string()
     if t in (T.ENUM, T.SET, T.JSON):
         return pa.string()
-    if t in (T.GEOMETRY, T.VECTOR):
+    if t == T.GEOMETRY:
         return pa.binary()
     raise ValueError(f"column {col.key}: no Delta type for binlog type {t}")
 
@@ -115,7 +125,7 @@ def _plain(values: Sequence[Any], col: Column, typ: pa.DataType) -> pa.Array:
         if arr.type == pa.null():
             return arr.cast(pa.string())
         raise _NotPlain
-    if typ in FAST_TYPES or pa.types.is_decimal(typ):
+    if typ in FAST_TYPES or pa.types.is_decimal(typ) or typ == VECTOR:
         return pa.array(values, typ)
     raise _NotPlain
 
@@ -175,4 +185,8 @@ def _careful(values: Sequence[Any], col: Column, typ: pa.DataType, where: str, s
         return pa.array(out, typ)
     if typ == pa.binary():
         return pa.array([v.encode("utf-8") if isinstance(v, str) else v for v in vals], typ)
+    if typ == VECTOR:  # a snapshot's SELECT gives a vector's bytes
+        from ..binlog.values import vector_floats
+
+        return pa.array([vector_floats(v) if isinstance(v, (bytes, bytearray)) else v for v in vals], typ)
     return pa.array(vals, typ)

@@ -201,6 +201,11 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             elif rec.kind == "ddl":
                 result.ddl.append({"file": name, "pos": rec.pos, "database": rec.info.get("database"),
                                    "query": rec.info.get("query")})
+            elif rec.kind == "table_error":
+                # A rows event of a table whose TABLE_MAP cannot be read (UnreadableTableMap, carrying db, table,
+                # file, pos). Until the batch can hold back that table alone, the batch stops here: its rows must
+                # not be skipped silently.
+                raise decoder.table_errors[-1]
     end = decoder.results[-1].end
     result.event_types = event_type_counts(decoder.event_counts)
     if stop is not None and pending:

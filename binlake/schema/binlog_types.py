@@ -105,6 +105,11 @@ def binlog_shape(col: ColumnDef, mariadb: bool = False) -> BinlogShape:
         return BinlogShape(T.TIMESTAMP2, fsp, ((T.TIMESTAMP, 0),) if not fsp else ())
     if dt == "time":
         return BinlogShape(T.TIME2, fsp, ((T.TIME, 0),) if not fsp else ())
+    if col.compressed and mariadb and dt in ("varchar", "varbinary"):
+        size = _max_bytes(col)  # the stored value has one more byte, the compression header
+        return BinlogShape(T.VARCHAR_COMPRESSED, None if size is None else size + 1)
+    if col.compressed and mariadb and dt in BLOB_PACK:
+        return BinlogShape(T.BLOB_COMPRESSED, BLOB_PACK[dt])
     if dt in ("varchar", "varbinary"):
         return BinlogShape(T.VARCHAR, _max_bytes(col), ((T.VAR_STRING, _max_bytes(col)),))
     if dt in ("char", "binary"):
@@ -122,5 +127,17 @@ def binlog_shape(col: ColumnDef, mariadb: bool = False) -> BinlogShape:
     if dt in GEOMETRY:
         return BinlogShape(T.GEOMETRY, 4)
     if dt == "vector":
+        # MySQL 9: its own VECTOR type. MariaDB 11.7+: stored as VARBINARY(4 * dimensions).
+        if mariadb:
+            size = 4 * col.length if col.length else None
+            return BinlogShape(T.VARCHAR, size, ((T.VAR_STRING, size), (T.VECTOR, None)))
         return BinlogShape(T.VECTOR, 4)
+    if dt == "inet4":  # MariaDB: stored as BINARY(4), network byte order
+        return BinlogShape(T.STRING, 4)
+    if dt in ("inet6", "uuid"):  # MariaDB: stored as BINARY(16)
+        return BinlogShape(T.STRING, 16)
     return BinlogShape(-1, None)
+
+
+# Schema types whose binlog storage is an ordinary binary type: the decoder reads the bytes as this.
+LOGICAL_TYPES = {"inet4": "inet4", "inet6": "inet6", "uuid": "uuid", "vector": "vector"}

@@ -349,6 +349,7 @@ def _attribute(cur: Cursor, spec: ColumnSpec) -> bool:
         cur.next()
         _skip_option_value(cur)
     elif cur.accept("COMPRESSED"):
+        col.compressed = True
         if cur.accept_op("="):
             cur.next()
     elif any(cur.accept(*words) for words in (("WITH", "SYSTEM", "VERSIONING"), ("WITHOUT", "SYSTEM", "VERSIONING"),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..binlog.constants import ColumnType as T
 from ..binlog.errors import SchemaMismatch
 from ..binlog.tablemap import Column, TableMap
-from .binlog_types import binlog_shape, collation_id
+from .binlog_types import LOGICAL_TYPES, binlog_shape, collation_id
 from .model import TableDef
 
 __all__ = ["NameDisagreement", "SchemaMismatch", "apply_version", "check"]
@@ -85,8 +85,13 @@ def _enrich(col: Column, cdef) -> None:
     if col.signed is None and col.type in (T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.FLOAT, T.DOUBLE,
                                            T.NEWDECIMAL):
         col.signed = not cdef.unsigned
-    if col.collation is None and col.type in (T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB):
+    if col.collation is None and col.type in (T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.VARCHAR_COMPRESSED,
+                                              T.BLOB_COMPRESSED):
         col.collation = collation_id(cdef)
+    if col.logical is None and cdef.data_type in LOGICAL_TYPES:
+        col.logical = LOGICAL_TYPES[cdef.data_type]
+        if col.collation is None:
+            col.collation = 63  # binary storage
     if cdef.labels is not None:
         if col.type == T.ENUM and col.enum_labels is None:
             col.enum_labels = list(cdef.labels)

@@ -40,6 +40,7 @@ class ColumnDef:
     generated: str | None = None
     stored: bool = False
     invisible: bool = False
+    compressed: bool = False  # MariaDB `COMPRESSED` (a different binlog type and value format)
     comment: str | None = None
     # Identity across ALTERs within one lineage of versions: CHANGE/MODIFY/RENAME COLUMN keep it, ADD gets a new
     # one. It is how existing rows follow a renamed column (see evolve.py). Not part of the layout fingerprint.
@@ -117,8 +118,11 @@ class TableDef:
         layout = []
         for c in self.columns:
             length = None if c.data_type in _INTEGER_TYPES else c.length
-            layout.append([c.name, c.data_type, length, c.precision, c.scale, c.fsp, c.unsigned, c.charset,
-                           c.labels, c.generated is not None and not c.stored])
+            entry = [c.name, c.data_type, length, c.precision, c.scale, c.fsp, c.unsigned, c.charset, c.labels,
+                     c.generated is not None and not c.stored]
+            if c.compressed:  # only when set: the ids of every other layout stay what they were
+                entry.append("compressed")
+            layout.append(entry)
         identity = [self.primary_key]
         if not self.primary_key and self.row_key():  # a UNIQUE NOT NULL key identifies rows: part of the layout
             identity.append(self.row_key())
