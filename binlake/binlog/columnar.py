@@ -31,6 +31,9 @@ from .packing import BodyError
 from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, timestamp_base
 from .tablemap import Column, TableMap
 from .values import (
+    MARIA_DATETIME_BYTES,
+    MARIA_TIME_BYTES,
+    MARIA_TIMESTAMP_BYTES,
     ValueError_,
     _frac_reader,
     column_decoder,
@@ -196,12 +199,14 @@ def _text_fn(col: Column):
 def _fixed_size(col: Column) -> int | None:
     """Bytes of a fixed-width column that only the reference decoder handles (None: not fixed width)."""
     t, m = col.type, col.meta
-    if t in (T.INT24, T.DATE, T.NEWDATE, T.TIME):
+    if t == T.TIME:  # MariaDB 5.3 hires TIME(n): the precision from the schema is in meta
+        return MARIA_TIME_BYTES[m]
+    if t in (T.INT24, T.DATE, T.NEWDATE):
         return 3
     if t == T.DATETIME:
-        return 8
+        return MARIA_DATETIME_BYTES[m]
     if t == T.TIMESTAMP:
-        return 4
+        return MARIA_TIMESTAMP_BYTES[m]
     if t == T.TIME2:
         return 3 + (m + 1) // 2
     if t == T.BIT:

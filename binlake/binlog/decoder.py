@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
+from .constants import HEADER_LEN, ROWS_EVENTS, ColumnType, EventType, RowsKind, event_name
 from .errors import (
     BinlogError,
     CorruptEvent,
@@ -53,6 +53,7 @@ OPS = {RowsKind.WRITE: OP_INSERT, RowsKind.UPDATE: OP_UPDATE, RowsKind.DELETE: O
 HEADER = struct.Struct("<IBIIIH")
 
 SKIPPED = "skipped"
+_OLD_TEMPORAL = frozenset({ColumnType.TIME, ColumnType.DATETIME, ColumnType.TIMESTAMP})
 
 
 class _Unreadable:
@@ -584,8 +585,13 @@ class _FileState:
         name, pos, txn_pos, ts, gtid = self.name, ev.pos, t.pos, ev.timestamp, t.gtid
         try:
             rows = decode_rows(rh, dec)
-        except ValueError_ as exc:
-            raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}: {exc}", name, pos) from None
+        except (ValueError_, BodyError) as exc:
+            hint = ""
+            if fde.is_mariadb and any(c.type in _OLD_TEMPORAL and not c.meta for c in tm.columns):
+                hint = ("; MariaDB TIME/DATETIME/TIMESTAMP columns with fractional seconds in the 5.3 format "
+                        "(mysql56_temporal_format=OFF) carry no precision in the binlog: decode with the schema "
+                        "(--schemas or --binlog-ddl)")
+            raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}: {exc}{hint}", name, pos) from None
         n = len(rows)
         yield RowBatch(name, pos, txn_pos, sub, ts, gtid, tm, op, rows)
         t.rows += n

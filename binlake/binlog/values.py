@@ -280,6 +280,59 @@ def make_time2(fsp: int) -> Decoder:
     return dec
 
 
+# MariaDB 5.3 high-resolution TIME(n)/DATETIME(n)/TIMESTAMP(n) (mysql56_temporal_format=OFF): the old type codes,
+# no TABLE_MAP metadata (the precision comes from the schema, in Column.meta), big-endian packed values.
+MARIA_TIME_BYTES = (3, 4, 4, 5, 5, 5, 6)
+MARIA_DATETIME_BYTES = (8, 6, 6, 7, 7, 7, 8)
+MARIA_TIMESTAMP_BYTES = (4, 5, 5, 6, 6, 7, 7)
+_TIME_ZERO_SECONDS = 838 * 3600 + 59 * 60 + 59 + 1  # the stored TIME value is offset by (TIME max + 1) seconds
+
+
+def make_maria_time_hires(fsp: int) -> Decoder:
+    """(seconds * 10^fsp + fraction) + (TIME max + 1 second) * 10^fsp, big-endian in MARIA_TIME_BYTES[fsp]."""
+    size, scale, zero = MARIA_TIME_BYTES[fsp], 10**fsp, _TIME_ZERO_SECONDS * 10**fsp
+
+    def dec(buf, off):
+        v = int.from_bytes(buf[off : off + size], "big") - zero
+        sign = "-" if v < 0 else ""
+        secs, frac = divmod(abs(v), scale)
+        h, rest = divmod(secs, 3600)
+        text = f"{sign}{h:02d}:{rest // 60:02d}:{rest % 60:02d}.{frac:0{fsp}d}"
+        return text, off + size
+
+    return dec
+
+
+def make_maria_datetime_hires(fsp: int) -> Decoder:
+    """((((((year*13+month)*32+day)*24+hour)*60+minute)*60+second)*10^6 + microseconds) / 10^(6-fsp), big-endian
+    in MARIA_DATETIME_BYTES[fsp]."""
+    size, scale = MARIA_DATETIME_BYTES[fsp], 10**fsp
+
+    def dec(buf, off):
+        v = int.from_bytes(buf[off : off + size], "big")
+        rest, frac = divmod(v, scale)
+        rest, sec = divmod(rest, 60)
+        rest, mi = divmod(rest, 60)
+        rest, h = divmod(rest, 24)
+        rest, d = divmod(rest, 32)
+        y, mo = divmod(rest, 13)
+        return f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{sec:02d}.{frac:0{fsp}d}", off + size
+
+    return dec
+
+
+def make_maria_timestamp_hires(fsp: int) -> Decoder:
+    """Seconds (4 bytes) then the fraction in units of 10^-fsp (not TIMESTAMP2's even-digit units), big-endian."""
+    size = MARIA_TIMESTAMP_BYTES[fsp]
+
+    def dec(buf, off):
+        secs = _S_BE_I(buf, off)[0]
+        frac = int.from_bytes(buf[off + 4 : off + size], "big")
+        return _timestamp_text(secs, frac * 10 ** (6 - fsp), fsp), off + size
+
+    return dec
+
+
 # -- strings and blobs ------------------------------------------------------------------------------------
 
 
@@ -502,7 +555,7 @@ def _check_meta(col: Column) -> None:
     """Reject type metadata no server writes, before it shapes a decoder."""
     t, m = col.type, col.meta
     bad = (
-        (t in (T.DATETIME2, T.TIMESTAMP2, T.TIME2) and m > 6)
+        (t in (T.DATETIME2, T.TIMESTAMP2, T.TIME2, T.DATETIME, T.TIMESTAMP, T.TIME) and m > 6)
         or (t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.VECTOR) and m > 4)
         or (t == T.BLOB_COMPRESSED and not 1 <= m <= 4)
         or (t == T.ENUM and m not in (1, 2))
@@ -534,15 +587,15 @@ def column_decoder(col: Column) -> Decoder:
     if t in (T.DATE, T.NEWDATE):
         return _date
     if t == T.DATETIME:
-        return _datetime_old
+        return make_maria_datetime_hires(col.meta) if col.meta else _datetime_old
     if t == T.DATETIME2:
         return make_datetime2(col.meta)
     if t == T.TIMESTAMP:
-        return _timestamp_old
+        return make_maria_timestamp_hires(col.meta) if col.meta else _timestamp_old
     if t == T.TIMESTAMP2:
         return make_timestamp2(col.meta)
     if t == T.TIME:
-        return _time_old
+        return make_maria_time_hires(col.meta) if col.meta else _time_old
     if t == T.TIME2:
         return make_time2(col.meta)
     if t == T.BIT:

@@ -99,12 +99,15 @@ def binlog_shape(col: ColumnDef, mariadb: bool = False) -> BinlogShape:
     if dt == "date":
         return BinlogShape(T.DATE, 0, ((T.NEWDATE, 0),))
     fsp = col.fsp or 0
+    # The pre-5.6 types: MySQL 5.5 (no fractions), and MariaDB with mysql56_temporal_format=OFF, whose
+    # TIME(n)/DATETIME(n)/TIMESTAMP(n) keep the old codes without metadata (the decoder takes n from the schema).
+    old = mariadb or not fsp
     if dt == "datetime":
-        return BinlogShape(T.DATETIME2, fsp, ((T.DATETIME, 0),) if not fsp else ())
+        return BinlogShape(T.DATETIME2, fsp, ((T.DATETIME, 0),) if old else ())
     if dt == "timestamp":
-        return BinlogShape(T.TIMESTAMP2, fsp, ((T.TIMESTAMP, 0),) if not fsp else ())
+        return BinlogShape(T.TIMESTAMP2, fsp, ((T.TIMESTAMP, 0),) if old else ())
     if dt == "time":
-        return BinlogShape(T.TIME2, fsp, ((T.TIME, 0),) if not fsp else ())
+        return BinlogShape(T.TIME2, fsp, ((T.TIME, 0),) if old else ())
     if col.compressed and mariadb and dt in ("varchar", "varbinary"):
         size = _max_bytes(col)  # the stored value has one more byte, the compression header
         return BinlogShape(T.VARCHAR_COMPRESSED, None if size is None else size + 1)

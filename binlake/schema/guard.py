@@ -88,6 +88,8 @@ def _enrich(col: Column, cdef) -> None:
     if col.collation is None and col.type in (T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.VARCHAR_COMPRESSED,
                                               T.BLOB_COMPRESSED):
         col.collation = collation_id(cdef)
+    if col.type in (T.TIME, T.DATETIME, T.TIMESTAMP) and not col.meta and cdef.fsp:
+        col.meta = cdef.fsp  # MariaDB 5.3 hires format: the binlog does not carry the precision
     if col.logical is None and cdef.data_type in LOGICAL_TYPES:
         col.logical = LOGICAL_TYPES[cdef.data_type]
         if col.collation is None:
