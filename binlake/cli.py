@@ -712,16 +712,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
+    return guarded(lambda: _run(args), debug)
+
+
+def _run(args: argparse.Namespace) -> int:
+    check_arguments(args)
+    return args.func(args)
+
+
+def guarded(work, debug: bool = False) -> int:
+    """Run `work()` (returning an exit code) as the command line does: expected failures as one line on stderr
+    with their documented exit code, anything else as an internal error (the traceback only with `debug`), a
+    closed stdout as 141. Shared with the spark-submit entry point."""
     try:
-        check_arguments(args)
-        code = args.func(args)
+        code = work()
         sys.stdout.flush()  # output lost to a closed pipe must not pass for success
         return code
     except BrokenPipeError:
         return _broken_pipe()
     except KeyboardInterrupt:
         print("binlake: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:
         code = exit_code_for(exc)
         if debug:
@@ -737,7 +748,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:
             pass
         return code
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,6 +12,7 @@ import random
 import shutil
 from pathlib import Path
 
+from .exitcodes import UnavailableError, UsageError
 from .testing.mariadb import PrivateMariaDB, ServerError, find_server_binary
 from .testing.workload import run_all_types_workload
 
@@ -25,6 +26,9 @@ SHOP_SQL = [
     "UPDATE customers SET id = 40 WHERE id = 4",
     "DELETE FROM customers WHERE id = 1",
 ]
+
+
+DEMO_MARKER = ".binlake-demo"
 
 
 def write_sample_binlogs(workdir: Path) -> list[Path]:
@@ -53,19 +57,24 @@ def run_demo(workdir: str | Path) -> int:
     from .lake.query import lake_tables, run_query, trace
 
     work = Path(workdir).resolve()
+    if find_server_binary() is None:
+        raise UnavailableError("binlake demo needs a local MariaDB server binary (scripts/dev.sh setup installs "
+                               "mariadb-server)")
     if work.exists():
+        # Only a directory an earlier demo made (it carries the marker) is emptied: `--workdir ~` deletes nothing.
+        # (Demo directories from before the marker hold only binlogs/ and lake/.)
+        if not {p.name for p in work.iterdir()} <= {DEMO_MARKER, "binlogs", "lake"}:
+            raise UsageError(f"--workdir {workdir}: exists and was not made by binlake demo (no {DEMO_MARKER}); "
+                             "give a new or empty directory")
         shutil.rmtree(work)
     binlogs = work / "binlogs"
     binlogs.mkdir(parents=True)
-    if find_server_binary() is None:
-        print("binlake demo needs a local MariaDB server binary (scripts/dev.sh setup installs mariadb-server).")
-        return 1
+    (work / DEMO_MARKER).write_text("made by binlake demo; the next demo run empties this directory\n")
     print(f"[demo] writing sample binlogs with a private MariaDB (MINIMAL row metadata) under {work}")
     try:
         files = write_sample_binlogs(binlogs)
     except ServerError as exc:
-        print(f"[demo] could not start the private server: {exc}")
-        return 1
+        raise UnavailableError(f"binlake demo: could not start the private server: {exc}") from None
     print(f"[demo] {len(files)} binlog file(s): {', '.join(f.name for f in files)}\n")
     lake = work / "lake"
     print(f"[demo] binlake ingest --source local:{binlogs} --lake {lake}")

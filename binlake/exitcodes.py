@@ -28,6 +28,8 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 6
     #: A bug or an unexpected condition: a one-line message; the traceback with --debug or BINLAKE_DEBUG=1.
     INTERNAL = 70
+    #: Interrupted (Ctrl-C, SIGINT): 128 + 2, as the shell reports it.
+    INTERRUPTED = 130
     #: Standard output was closed early (`binlake ... | head -1`): quiet, as a process killed by SIGPIPE (128+13).
     BROKEN_PIPE = 141
 

@@ -164,6 +164,11 @@ def test_lake_arguments(capsys, tmp_path: Path, lake: Path) -> None:
     fails(capsys, tmp_path, ExitCode.USAGE, "schema", "snapshot", "--mysql", "not-a-url", "--out",
           str(tmp_path / "s"), says="--mysql")
     fails(capsys, tmp_path, ExitCode.USAGE, "demo", "--workdir", str(afile), says="afile")
+    # a directory the demo did not make is never emptied
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    fails(capsys, tmp_path, ExitCode.USAGE, "demo", "--workdir", str(mine), says="not made by binlake demo")
     assert tree(lake) == before
 
 
@@ -284,3 +289,16 @@ def test_exit_codes_are_documented() -> None:
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in ExitCode:
         assert f"| {int(code)} |" in section, code
+
+
+def test_spark_job_entry_point_reports_like_the_cli(capsys, tmp_path: Path) -> None:
+    from spark_jobs.ingest import main as spark_main
+
+    # bad input fails before a Spark session is started: one line, the documented code
+    before = tree(tmp_path)
+    assert spark_main(["--source", "ftp://x", "--lake", str(tmp_path / "lake")]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "ftp://x" in err
+    assert spark_main(["--source", f"local:{SMALL}", "--lake", str(tmp_path / "lake"), "--nope"]) == ExitCode.USAGE
+    assert "--nope" in capsys.readouterr().err
+    assert tree(tmp_path) == before
