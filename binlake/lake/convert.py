@@ -33,7 +33,7 @@ from ..binlog.rows import ABSENT, JsonPatch
 from ..binlog.tablemap import Column
 
 UINT64_DECIMAL = pa.decimal128(20, 0)
-VECTOR = pa.list_(pa.float32())
+VECTOR = pa.list_(pa.field("element", pa.float32()))  # Delta's (Parquet's) name for a list's items
 
 
 def arrow_type(col: Column) -> pa.DataType:

@@ -9,7 +9,6 @@ import json
 import random
 import struct
 
-import pyarrow as pa
 import pytest
 
 from binlake.binlog import rows
@@ -19,7 +18,7 @@ from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
 from binlake.binlog.output import float32_value
 from binlake.binlog.records import RowChange
 from binlake.binlog.writer import BinlogWriter, column
-from binlake.lake.convert import ConversionStats, arrow_type, to_arrow
+from binlake.lake.convert import VECTOR, ConversionStats, arrow_type, to_arrow
 from binlake.schema.api import build_resolver
 
 
@@ -47,7 +46,7 @@ def test_mysql9_vector_fixture(fixture_binlogs, monkeypatch, columnar: bool) -> 
             assert struct.pack(f"<{len(value)}f", *value) in raw
             # ... and which are the short decimals a person typed (another byte order would give no such numbers).
             assert all(len(repr(float32_value(x)).replace("-", "").replace(".", "").strip("0")) <= 4 for x in value)
-            assert arrow_type(col) == pa.list_(pa.float32())
+            assert arrow_type(col) == VECTOR
     assert vectors >= 10
     # JSON: lists of numbers; SQL: the vector's exact bytes.
     out = io.StringIO()
@@ -89,7 +88,7 @@ def test_mariadb_vector_known_from_the_schema(tmp_path, monkeypatch, metadata: s
     col = changes[0].table.columns[1]
     assert col.logical == "vector"
     arr = to_arrow([c.after[1] for c in changes], col, "ai.emb.e", ConversionStats())
-    assert arr.type == pa.list_(pa.float32()) and arr.to_pylist() == [e[1] for e in expected]
+    assert arr.type == VECTOR and arr.to_pylist() == [e[1] for e in expected]
     sql = io.StringIO()
     decode_to([path], sql, "sql", DecodeOptions(table_resolver=build_resolver([path])))
     assert "X'" + struct.pack(f"<{dims}f", *expected[0][1]).hex() + "'" in sql.getvalue()
