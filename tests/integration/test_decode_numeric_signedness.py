@@ -163,7 +163,7 @@ def _decode(files: list[Path], start: int, db: str, resolver, columnar: bool, mo
 
 
 @pytest.mark.parametrize("metadata", ["FULL", "MINIMAL", "NO_LOG"])
-def test_numeric_signedness_in_every_column_order_equals_select(mariadb_servers, metadata: str,
+def test_numeric_signedness_in_every_column_order_equals_select(mariadb_servers, metadata: str, tmp_path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     server = mariadb_servers.get(metadata)
     db = f"signedness_{metadata.lower()}"
@@ -177,8 +177,19 @@ def test_numeric_signedness_in_every_column_order_equals_select(mariadb_servers,
     files = server.flush_logs()
     files = files[[f.name for f in files].index(start_file):]
 
-    # NO_LOG writes no SIGNEDNESS: the CREATE TABLEs in the binlog (the schema timeline) must give it.
-    resolvers = [build_resolver(files)] if metadata == "NO_LOG" else [None, build_resolver(files)]
+    # NO_LOG writes no SIGNEDNESS: the CREATE TABLEs in the binlog (the schema timeline) or the server's own
+    # SHOW CREATE TABLE (a directory of <db>.sql as --schemas) must give it.
+    sql_dir = tmp_path / "schemas"
+    sql_dir.mkdir()
+    with server.connect(db) as conn, conn.cursor() as cur:
+        ddl = []
+        for table in layouts:
+            cur.execute(f"SHOW CREATE TABLE `{table}`")
+            ddl.append(cur.fetchone()[1] + ";")
+    (sql_dir / f"{db}.sql").write_text("\n".join(ddl))
+    resolvers = [build_resolver(files), build_resolver(files, sql_dir)]
+    if metadata != "NO_LOG":
+        resolvers.append(None)
     for resolver in resolvers:
         for columnar in (True, False):
             changes = _decode(files, start_pos, db, resolver, columnar, monkeypatch)
