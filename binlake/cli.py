@@ -647,7 +647,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def _redacted(url: str) -> str:
     """A connection URL without its password, for messages."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+    return re.sub(r"(\w://[^:/@\s]*:)\S*@", r"\1***@", url)
 
 
 def _mysql_failed(url: str, exc: Exception) -> UnavailableError:
@@ -683,6 +683,7 @@ def _one_line(exc: BaseException) -> str:
         text = f"{exc.filename}: {exc.strerror}"
     text = " ".join(text.split())
     text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    text = _redacted(text)  # a connection URL echoed by any layer never shows its password
     return text if len(text) <= 2000 else text[:2000] + " ..."
 
 

@@ -163,6 +163,9 @@ def test_lake_arguments(capsys, tmp_path: Path, lake: Path) -> None:
           "--lake", str(tmp_path / "l2"), says="--tables")
     fails(capsys, tmp_path, ExitCode.USAGE, "schema", "snapshot", "--mysql", "not-a-url", "--out",
           str(tmp_path / "s"), says="--mysql")
+    line = fails(capsys, tmp_path, ExitCode.USAGE, "schema", "snapshot", "--mysql", "mysqll://u:top@secret@h/",
+                 "--out", str(tmp_path / "s"), says="--mysql")
+    assert "top" not in line and "secret" not in line
     fails(capsys, tmp_path, ExitCode.USAGE, "demo", "--workdir", str(afile), says="afile")
     # a directory the demo did not make is never emptied
     mine = tmp_path / "mine"
