@@ -247,6 +247,7 @@ def ingest_options(args: argparse.Namespace):
         pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
         databases={d.strip() for d in args.databases.split(",")} if args.databases else None,
         split_bytes=args.split_mb << 20, quality=quality_config(args),
+        helper_tables=getattr(args, "helper_tables", None) or None,
     )
 
 
@@ -363,7 +364,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     from .lake.query import run_query
 
-    table = run_query(args.lake, args.sql, engine=args.engine)
+    table = run_query(args.lake, args.sql, engine=args.engine, dropped=args.dropped)
     print(table.to_pandas().to_string(index=False) if table.num_rows else "(no rows)")
     return 0
 
@@ -477,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--databases", help="comma-separated databases to ingest")
     p.add_argument("--split-mb", type=_count(1), default=64, help="decode files larger than this as several ranges")
     p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
+    p.add_argument("--helper-tables", action="append", metavar="REGEX",
+                   help="table names of online-schema-change helper tables, never listed as lake tables (repeat; "
+                   "default: gh-ost's _t_gho/_t_ghc/_t_del and pt-online-schema-change's _t_new/_t_old)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
     _add_quality_options(p)
     p.set_defaults(func=cmd_ingest)
@@ -507,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("query", help="SQL over the lake's tables (db.table, db.table__history)")
     p.add_argument("--lake", required=True)
     p.add_argument("--engine", default=None, choices=ENGINES)
+    p.add_argument("--dropped", action="store_true", help="also dropped and renamed-away tables and every history "
+                   "generation of a re-used name (db.t__history__g1, ...); _binlake.catalog lists them")
     p.add_argument("sql")
     p.set_defaults(func=cmd_query)
 

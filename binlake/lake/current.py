@@ -239,7 +239,7 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
 
 
 def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | None, TableMap, pa.Table]],
-                   batch: int) -> int:
+                   batch: int, first_step: int = 0) -> int:
     """Merge a table's net changes segment by segment (schema version, its TableMap, merge input).
 
     A segment of the version the table mirrors is merged as is. One of another version is either newer than
@@ -247,8 +247,9 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
     segment merged, and the registry records the new version) or older (a backfill: its rows are evolved forward
     to the table's layout and merged; the table and the registry keep the newer version). `registry` is the
     `_binlake/tables` registry (get(name) -> (version, TableDef); set(name, version, TableDef)). Returns the
-    number of merges. Every commit's app-transaction version is batch * 1000 + step, steps in plan order."""
-    step = 0
+    number of merges. Every commit's app-transaction version is batch * 1000 + step, steps in plan order from
+    `first_step` (a table renamed or truncated in the batch merges in several calls)."""
+    step = first_step
     merges = 0
     for version, tm, data in plan:
         path = layout.current_path(tm.database, tm.table)

@@ -200,7 +200,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                                                                            ("database", "query")}})
             elif rec.kind == "ddl":
                 result.ddl.append({"file": name, "pos": rec.pos, "database": rec.info.get("database"),
-                                   "query": rec.info.get("query")})
+                                   "query": rec.info.get("query"), "file_seq": file_seq, "ts": rec.ts})
             elif rec.kind == "table_error":
                 # A rows event of a table whose TABLE_MAP cannot be read (UnreadableTableMap, carrying db, table,
                 # file, pos). Until the batch can hold back that table alone, the batch stops here: its rows must

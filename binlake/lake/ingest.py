@@ -53,6 +53,9 @@ class IngestOptions:
     databases: set[str] | None = None
     split_bytes: int = 64 << 20  # files larger than this are decoded as several ranges of whole transactions
     quality: QualityConfig = field(default_factory=QualityConfig)  # the gates (binlake.quality)
+    # Regexes on table names of online-schema-change helper tables (gh-ost, pt-online-schema-change): kept in
+    # the lake only while needed, never listed as lake tables. None: binlake.lake.lifecycle.DEFAULT_HELPERS.
+    helper_tables: Sequence[str] | None = None
 
 
 @dataclass

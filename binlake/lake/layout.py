@@ -2,6 +2,7 @@
 
     LAKE/_binlake/files            control table: one row per source binlog file (the checkpoint)
     LAKE/_binlake/tables           the schema version each current table mirrors
+    LAKE/_binlake/catalog          table lifecycle: each name's generations, lineage, dropped/renamed state
     LAKE/<db>/<table>__history     append-only change history of db.table
     LAKE/<db>/<table>              current state of db.table (tables with a primary key)
 
@@ -37,11 +38,18 @@ class LakeLayout:
         return self._join("_binlake", "files")
 
     @property
+    def catalog_path(self) -> str:
+        return self._join("_binlake", "catalog")
+
+    @property
     def tables_path(self) -> str:
         return self._join("_binlake", "tables")
 
-    def history_path(self, database: str, table: str) -> str:
-        return self._join(path_part(database), path_part(table) + "__history")
+    def history_path(self, database: str, table: str, generation: int = 1) -> str:
+        """A table name's history; a name that later held another table (DROP and CREATE again, the target of a
+        RENAME) writes that generation's history to `<table>__history__g<n>` (see docs/lifecycle.md)."""
+        suffix = "__history" if generation <= 1 else f"__history__g{generation}"
+        return self._join(path_part(database), path_part(table) + suffix)
 
     def current_path(self, database: str, table: str) -> str:
         return self._join(path_part(database), path_part(table))

@@ -67,6 +67,9 @@ class PendingBatch:
     # registry leave the current table in (DDL after the table's last row change): version, definition, mariadb,
     # ddl (its source and position). merge_batch alters the current table to it.
     schema_end: dict[str, dict] = field(default_factory=dict)
+    # The batch's table lifecycle (RENAME/TRUNCATE/DROP/CREATE again): statements to apply and the catalog slots
+    # they change (binlake.lake.lifecycle). Planned by prepare_batch, executed by merge_batch.
+    lifecycle: dict[str, Any] = field(default_factory=dict)
 
     def file_states(self) -> list[FileState]:
         out = []

@@ -54,6 +54,7 @@ from .ingest import (
     plan_files,
 )
 from .layout import LakeLayout
+from .lifecycle import LifecycleRun, lifecycle_held, split_entries
 from .pending import BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
@@ -143,6 +144,8 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
 
     pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat())
     histories, table_maps = _collect(results, pb)
+    histories, table_maps, facts = split_entries(engine, layout, pb, histories, table_maps, _tracked(opts),
+                                                 opts.helper_tables)
     by_file: dict[str, list[RangeResult]] = {}
     for res in results:
         by_file.setdefault(res.file, []).append(res)
@@ -163,7 +166,7 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
         newest = pc.max(history.column("_commit_ts")).as_py() if history.num_rows else None
         pb.tables[name] = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key),
                            "file": names[name], "rows": history.num_rows,
-                           "newest_commit_ts": newest.isoformat() if newest else None}
+                           "newest_commit_ts": newest.isoformat() if newest else None, **facts[name]}
     pb.schema_end = _schema_at_end(engine, layout, resolver, pb, table_maps, todo)
     pb.seconds = seconds
     store.save(pb)  # from here on, the batch is resumed rather than decoded again
@@ -180,17 +183,18 @@ def _schema_at_end(engine: DeltaEngine, layout: LakeLayout, resolver, pb: Pendin
     if key is None:
         return {}
     held = {name: row["version"] for name, row in _Registry(engine, layout).rows.items()}
-    for name, info in pb.tables.items():
+    for name, info in sorted(pb.tables.items(), key=lambda item: item[1].get("generation", 1)):
         if info["has_pk"]:
-            held[name] = table_maps[name][1].schema_version
+            held[info.get("name", name)] = table_maps[name][1].schema_version
+    held = lifecycle_held(pb.lifecycle, held)
     if not held:
         return {}
     path, st = max(todo, key=lambda item: item[1].file_seq)
     return end_versions(resolver.timeline, key, held, file_is_mariadb(path, st.file))
 
 
-def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, pa.Table], dict[str, tuple]]:
-    """Each table's history rows (in file order) and (versions, last TableMap); batch-wide tallies into `pb`."""
+def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, list[pa.Table]], dict[str, tuple]]:
+    """Each table's history pieces (in file order) and (versions, last TableMap); batch-wide tallies into `pb`."""
     parts: dict[str, list[pa.Table]] = {}
     versions: dict[str, dict] = {}
     last: dict[str, object] = {}
@@ -209,8 +213,20 @@ def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, pa
             last[name] = tr.table_map
     pb.counts = [[t, op, n] for (t, op), n in sorted(counts.items())]
     pb.event_types = dict(events)
-    histories = {name: pa.concat_tables(tbls, promote_options="permissive") for name, tbls in parts.items()}
-    return histories, {name: (versions[name], last[name]) for name in parts}
+    # Each table's pieces stay apart until split_entries cut them by lifecycle slot (a name re-used by another
+    # table may have columns of other types) and concatenated them.
+    return parts, {name: (versions[name], last[name]) for name in parts}
+
+
+def _tracked(opts: IngestOptions) -> Callable[[str], bool]:
+    """Whether a db.table is one this ingest decodes (--databases / --tables)."""
+    def tracked(qualified: str) -> bool:
+        db = qualified.split(".", 1)[0]
+        if opts.databases is not None and db not in opts.databases:
+            return False
+        return opts.tables is None or bool(opts.tables.search(qualified))
+
+    return tracked
 
 
 def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch,
@@ -219,7 +235,8 @@ def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, 
     for name, info in sorted(pb.tables.items()):
         history = histories[name] if histories is not None else store.read_history(pb, name)
         # Versions of per-table app ids are batch * 1000 + step everywhere (bootstrap writes several per batch).
-        appended = engine.append(layout.history_path(info["database"], info["table"]), history,
+        appended = engine.append(layout.history_path(info["database"], info["table"], info.get("generation", 1)),
+                                 history,
                                  layout.app_id("history", info["database"], info["table"]), pb.batch * 1000,
                                  partition_by=PARTITION_BY)
         pb.committed.setdefault(name, {})["history"] = appended or pb.committed.get(name, {}).get("history", False)
@@ -296,6 +313,7 @@ def undo_merge(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: P
                 for name, end in pb.schema_end.items() if name not in pb.tables and name in
                 pb.premerge.get("schema_end", {})]
     targets.append((layout.tables_path, {"version": pb.premerge.get("registry_version")}))
+    targets += [(path, {"version": version}) for path, version in pb.premerge.get("lifecycle", {}).items()]
     for path, pre in targets:
         if not engine.exists(path):
             continue
@@ -325,28 +343,49 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     for name, info in sorted(pb.tables.items()):
         if not info["has_pk"]:
             continue
-        _refuse_partial_images(name, pb.conversions)
+        _refuse_partial_images(info.get("name", name), pb.conversions)
         versions = table_maps[name][0]
         history = store.read_history(pb, name)
         plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))
                        for seg in segments(history)]
+    registry = _Registry(engine, layout)
+    run = LifecycleRun(engine, layout, registry, pb)
+    touched = run.touched()
     if not pb.premerge:  # the state before the batch's first merge commit; kept across retries and restores
         pb.premerge = {"registry_version": engine.version(layout.tables_path),
-                       "tables": {name: premerge_figures(engine, layout, pb.tables[name], plan)
+                       "tables": {name: premerge_figures(engine, layout, pb.tables[name], plan,
+                                                         pb.tables[name].get("name", name).lower() in touched)
                                   for name, plan in plans.items()},
                        "schema_end": {name: _table_version(engine, layout.current_path(end["database"], end["table"]))
                                       for name, end in pb.schema_end.items() if name not in pb.tables
-                                      and engine.exists(layout.current_path(end["database"], end["table"]))}}
+                                      and engine.exists(layout.current_path(end["database"], end["table"]))},
+                       "lifecycle": {path: _table_version(engine, path)
+                                     for path in [*run.touched_paths(), layout.catalog_path]}}
         store.save(pb)
-    registry = _Registry(engine, layout)
-    for name, plan in plans.items():
-        merges = _merge_segments(engine, layout, registry, name, plan, batch)
+    before, rest, skipped = run.schedule({name: {"name": name, **pb.tables[name]} for name in plans})
+
+    def merge_one(name: str) -> None:
+        info = {"name": name, **pb.tables[name]}
+        plan = _above_floor(plans[name], run.floor(info))
+        run.prepare_fresh(info, pa.schema([f for f in plan[0][2].schema if f.name != DELETED]))
+        # Steps of the table's app id: its segments take at most two each (an ALTER and a merge).
+        first = run.step(info["name"], 2 * len(plan))
+        merges = _merge_segments(engine, layout, registry, info["name"], plan, batch, first_step=first)
         pb.committed.setdefault(name, {})["current"] = merges
-    # DDL after a table's last row change: the table is altered to the version in force at the batch end. Its
-    # app-txn step follows every step its segments can take (at most two each: an ALTER and a merge).
-    apply_end_versions(engine, layout, registry, pb.schema_end, batch,
-                       {name: 2 * len(plan) for name, plan in plans.items()})
+
+    for name in skipped:
+        pb.committed.setdefault(name, {})["current"] = 0
+    for i in range(len(run.events)):
+        for name in before.get(i, []):
+            merge_one(name)
+        run.apply_event(i)
+    for name in rest:
+        merge_one(name)
+    # DDL after a table's last row change: the table is altered to the version in force at the batch end, in the
+    # table's next app-txn step.
+    apply_end_versions(engine, layout, registry, pb.schema_end, batch, run.steps_by_table(pb.schema_end))
     registry.commit(batch)
+    run.commit()
     pb.gates["merge"] = {"done": True}
     pb.seconds["merge"] = time.perf_counter() - t0
     store.save(pb)
@@ -375,13 +414,23 @@ def net_changes(plan: list[tuple]) -> tuple[list[str], pa.Table] | None:
     return keys, allrows.take(last.column("_i_max")).drop_columns(["_segment", "_i"])
 
 
-def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: list[tuple]) -> dict:
+def _above_floor(plan: list[tuple], floor: int | None) -> list[tuple]:
+    """The plan without changes older than the table's last TRUNCATE (or its creation): they never reach it."""
+    if floor is None:
+        return plan
+    return [(v, tm, data.filter(pc.greater_equal(data.column(SEQ), floor))) for v, tm, data in plan]
+
+
+def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: list[tuple],
+                     lifecycle: bool = False) -> dict:
     """The current table's version and row count before the batch, and the net inserts and deletes the batch's
     changes make by the merge rule (a change applies when newer than the row's `_seq`, an upsert of a deleted key
     only when not older than its tombstone)."""
     path = layout.current_path(info["database"], info["table"])
     exists = engine.exists(path)
     out: dict = {"version": engine.version(path) if exists else None, "count": 0, "inserts": None, "deletes": None}
+    if lifecycle:
+        return out  # renamed, truncated or dropped in the batch: the count reconciliation is not evaluated
     net = net_changes(plan)
     if net is None:
         return out  # keys renamed in the batch: the count reconciliation is not evaluated

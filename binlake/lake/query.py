@@ -7,28 +7,68 @@ from pathlib import Path
 import pyarrow as pa
 
 from .engines import get_engine
-from .layout import LakeLayout
+from .layout import LakeLayout, path_part
 
 
-def lake_tables(lake: str) -> dict[str, str]:
-    """'db.table' and 'db.table__history' -> Delta table path, for every table in the lake."""
+def lake_tables(lake: str, dropped: bool = False) -> dict[str, str]:
+    """'db.table' and 'db.table__history' -> Delta table path, for every table in the lake.
+
+    The lake's catalog (`_binlake/catalog`, binlake.lake.lifecycle) decides what a name shows: `db.t` and
+    `db.t__history` are the table the source has under that name now. Tables dropped or renamed away, and
+    online-schema-change helper tables, are left out unless `dropped` is set; then every generation of a name's
+    history is listed too (`db.t__history__g2`: the second table to carry the name). `_binlake.catalog` (the
+    names' generations, lineage, state, the Delta version a dropped table ended with) is always there."""
     root = Path(lake)
+    slots = _catalog(root)
     out = {}
-    for delta_log in root.glob("*/*/_delta_log"):
+    for delta_log in sorted(root.glob("*/*/_delta_log")):
         table_dir = delta_log.parent
         db = table_dir.parent.name
         if db == "_binlake":
             continue
         out[f"{db}.{table_dir.name}"] = str(table_dir)
+    by_name: dict[str, list[dict]] = {}
+    for s in slots:
+        by_name.setdefault(s["table"].lower(), []).append(s)
+    for name_slots in by_name.values():
+        name_slots.sort(key=lambda s: s["generation"])
+        latest = name_slots[-1]
+        db, table = latest["database"], latest["name"]
+        current = f"{path_part(db)}.{path_part(table)}"
+        histories = {s["generation"]: f"{path_part(db)}.{path_part(s['history'])}" for s in name_slots}
+        visible = latest["state"] == "live" and not latest["helper"]
+        for g, key in histories.items():
+            path = out.pop(key, None)
+            if path is not None and dropped:
+                out[f"{current}__history__g{g}"] = path
+                if g == latest["generation"]:
+                    out[f"{current}__history"] = path
+            elif path is not None and visible and g == latest["generation"]:
+                out[f"{current}__history"] = path
+        if not visible and not dropped:
+            out.pop(current, None)
+    catalog = root / "_binlake" / "catalog"
+    if (catalog / "_delta_log").exists():
+        out["_binlake.catalog"] = str(catalog)
     return out
 
 
-def run_query(lake: str, sql: str, engine: str | None = None) -> pa.Table:
+def _catalog(root: Path) -> list[dict]:
+    path = root / "_binlake" / "catalog"
+    if not (path / "_delta_log").exists():
+        return []
+    from deltalake import DeltaTable
+
+    return pa.table(DeltaTable(str(path)).scan()).to_pylist()
+
+
+def run_query(lake: str, sql: str, engine: str | None = None, dropped: bool = False) -> pa.Table:
     """Run one read-only SELECT naming lake tables as db.table / db.table__history (delta-rs' DataFusion).
 
     The SQL is parsed (sqlglot), refused unless it is exactly one SELECT that touches nothing but lake tables, and
     rewritten on the parse tree; only the tables it names are registered. Raises QueryRefused for refused or
-    failing SQL and for a lake that is not there."""
+    failing SQL and for a lake that is not there. `dropped` also names dropped and renamed-away tables and every
+    history generation of a re-used name (see lake_tables)."""
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import DeltaError
 
@@ -36,7 +76,7 @@ def run_query(lake: str, sql: str, engine: str | None = None) -> pa.Table:
 
     if "://" not in lake and not Path(lake).is_dir():
         raise QueryRefused(f"--lake {lake}: no such lake directory")
-    text, registrations = rewrite_query(sql, lake_tables(lake))
+    text, registrations = rewrite_query(sql, lake_tables(lake, dropped))
     qb = QueryBuilder()
     for internal, path in registrations.items():
         qb.register(internal, DeltaTable(path))

@@ -158,7 +158,7 @@ def discard_batch(opts, batch: int, engine=None) -> list[str]:
                            "discarded")
     plan = []
     for name, info in sorted(pb.tables.items()):
-        path = layout.history_path(info["database"], info["table"])
+        path = layout.history_path(info["database"], info["table"], info.get("generation", 1))
         if not engine.exists(path):
             continue
         app = layout.app_id("history", info["database"], info["table"])

@@ -212,6 +212,42 @@ def test_a_delete_is_remembered_against_older_upserts(engine: DeltaEngine, table
     assert {r["id"]: r["_seq"] for r in engine.read(tombstone_path(table)).to_pylist()} == {9: 31}
 
 
+def test_truncate_empties_once_per_app_transaction(engine: DeltaEngine, table: str) -> None:
+    engine.merge(table, changes((1, "a", 1, 10, False), (2, "b", 2, 11, False), (3, None, None, 12, True)),
+                 ["id"], "m", 1)
+    schema = engine.read(table).schema
+    assert engine.truncate(table, "m", 2) is True
+    assert engine.read(table).num_rows == 0 and engine.read(table).schema == schema
+    version = engine.version(table)
+    assert engine.truncate(table, "m", 2) is False and engine.version(table) == version
+    engine.merge(table, changes((4, "d", 4, 20, False)), ["id"], "m", 3)
+    assert current(engine, table) == {4: ("d", 4, 20)}
+
+
+def test_copy_table_moves_rows_schema_and_tombstones_at_a_version(engine: DeltaEngine, lake_root: Path) -> None:
+    src, dst = str(lake_root / f"src_{uuid.uuid4().hex[:8]}"), str(lake_root / f"dst_{uuid.uuid4().hex[:8]}")
+    engine.merge(src, changes((1, "a", 1, 10, False), (2, "b", 2, 11, False), (5, None, None, 12, True)),
+                 ["id"], "s", 1)
+    at = engine.version(src)
+    engine.merge(src, changes((1, "later", 9, 30, False)), ["id"], "s", 2)  # not part of the copy
+    # The destination held another table with other columns: it is replaced, schema included.
+    engine.merge(dst, pa.table({"k": pa.array([7], pa.int32()), "_seq": pa.array([1], pa.int64()),
+                                "_deleted": pa.array([False])}), ["k"], "d", 1)
+    assert engine.copy_table(src, at, dst, "d", 2) is True
+    assert current(engine, dst) == {1: ("a", 1, 10), 2: ("b", 2, 11)}
+    assert engine.read(dst).schema == engine.read(src).schema
+    assert {r["id"]: r["_seq"] for r in engine.read(tombstone_path(dst)).to_pylist()} == {5: 12}
+    version = engine.version(dst)
+    assert engine.copy_table(src, at, dst, "d", 2) is False and engine.version(dst) == version
+    # The copied tombstone still stops an older upsert of the deleted key.
+    engine.merge(dst, changes((5, "old", 0, 6, False), (6, "f", 6, 40, False)), ["id"], "d", 3)
+    assert current(engine, dst) == {1: ("a", 1, 10), 2: ("b", 2, 11), 6: ("f", 6, 40)}
+    # A new table as the destination.
+    fresh = str(lake_root / f"new_{uuid.uuid4().hex[:8]}")
+    assert engine.copy_table(src, engine.version(src), fresh, "n", 1) is True
+    assert current(engine, fresh) == {1: ("later", 9, 30), 2: ("b", 2, 11)}
+
+
 def test_merge_accepts_composite_and_awkward_keys(engine: DeltaEngine, table: str) -> None:
     schema = pa.schema([("Tenant Id", pa.string()), ("k`2", pa.decimal128(20, 0)), ("v", pa.binary()),
                         ("_seq", pa.int64()), ("_deleted", pa.bool_())])

@@ -126,6 +126,15 @@ class DeltaEngine(Protocol):
         """Rewrite the table with the changed schema in one commit."""
         ...
 
+    def truncate(self, path: str, app_id: str, batch: int) -> bool:
+        """Remove every row in one commit (schema and tombstones stay): TRUNCATE, DROP, a table renamed away."""
+        ...
+
+    def copy_table(self, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
+        """Overwrite `dst` (created when missing) with `src` at `version`, schema and tombstones included, in one
+        commit of `dst`: a RENAME moving a current table to its new name."""
+        ...
+
     def read(self, path: str, columns: list[str] | None = None) -> pa.Table: ...
 
     def history(self, path: str) -> list[HistoryEntry]:

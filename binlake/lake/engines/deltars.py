@@ -185,6 +185,66 @@ class DeltaRsEngine:
         write_deltalake(self._dt(path), schema.empty_table(), mode="overwrite", schema_mode="overwrite",
                         commit_properties=self._props(commit_meta("reset", [(app_id, batch)])))
 
+    def truncate(self, path: str, app_id: str, batch: int) -> bool:
+        """Remove every row (schema, tombstones and txn versions stay) in one commit carrying (app_id, batch)."""
+        from deltalake import write_deltalake
+
+        check_batch(app_id, batch)
+        meta = commit_meta("truncate", [(app_id, batch)])
+
+        def attempt() -> bool:
+            dt = self._dt(path)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False
+            before = dt.version()
+            write_deltalake(dt, self._arrow_schema(dt).empty_table(), mode="overwrite",
+                            partition_by=dt.metadata().partition_columns or None, commit_properties=self._props(meta))
+            self._ensure_commit(dt, before, meta)
+            return True
+
+        return self._retry(attempt)
+
+    def copy_table(self, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
+        """Make `dst` (created when missing) hold exactly `src` at `version`: rows, schema and tombstones, in one
+        commit of `dst` carrying (app_id, batch) (its tombstone table first)."""
+
+        check_batch(app_id, batch)
+        if is_committed(self.txn_version(dst, app_id), batch):
+            return False
+        tsrc, tdst = tombstone_path(src), tombstone_path(dst)
+        tversion = tombstone_version_at(self._history_meta(src), version) if self.exists(tsrc) else None
+        if tversion is not None or self.exists(tdst):
+            self._overwrite_from(tsrc if tversion is not None else None, tversion, tdst, app_id, batch, "copy")
+        meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
+                           tombstonesVersion=self.version(tdst))
+        return self._overwrite_from(src, version, dst, app_id, batch, "copy", meta)
+
+    def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
+                        action: str, meta: dict[str, Any] | None = None) -> bool:
+        """Overwrite `dst` with `src` at `version` (None: with no rows, keeping dst's schema)."""
+        from deltalake import write_deltalake
+
+        meta = meta or commit_meta(action, [(app_id, batch)])
+        source = self._dt(src, version) if src is not None else None
+        schema = self._arrow_schema(source) if source is not None else self.table_schema(dst)
+
+        def attempt() -> bool:
+            self.create_empty(dst, schema)
+            dt = self._dt(dst)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False
+            before = dt.version()
+            if source is None:
+                data = pa.RecordBatchReader.from_batches(schema, iter(()))
+            else:
+                scan = pa.RecordBatchReader.from_stream(source.scan())
+                data = pa.RecordBatchReader.from_batches(schema, (b.cast(schema) for b in scan))
+            write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite", commit_properties=self._props(meta))
+            self._ensure_commit(dt, before, meta)
+            return True
+
+        return self._retry(attempt)
+
     def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
         check_batch(app_id, batch)
         changes = list(changes)

@@ -270,6 +270,53 @@ class DeltaSparkEngine:
         meta = commit_meta("reset", [(app_id, batch)])
         self._writer(df, "overwrite", app_id, batch, meta).option("overwriteSchema", "true").save(str(path))
 
+    def truncate(self, path: str, app_id: str, batch: int) -> bool:
+        """Remove every row (schema, tombstones and txn versions stay) in one commit carrying (app_id, batch)."""
+        check_batch(app_id, batch)
+        meta = commit_meta("truncate", [(app_id, batch)])
+
+        def attempt() -> bool:
+            if is_committed(self.txn_version(path, app_id), batch):
+                return False
+            empty = self.spark.read.format("delta").load(str(path)).limit(0)
+            self._writer(empty, "overwrite", app_id, batch, meta).save(str(path))
+            return True
+
+        return self._retry(attempt)
+
+    def copy_table(self, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
+        """Make `dst` (created when missing) hold exactly `src` at `version`: rows, schema and tombstones, in one
+        commit of `dst` carrying (app_id, batch) (its tombstone table first)."""
+        check_batch(app_id, batch)
+        if is_committed(self.txn_version(dst, app_id), batch):
+            return False
+        tsrc, tdst = tombstone_path(src), tombstone_path(dst)
+        tversion = tombstone_version_at(self._history_meta(src), version) if self.exists(tsrc) else None
+        if tversion is not None or self.exists(tdst):
+            self._overwrite_from(tsrc if tversion is not None else None, tversion, tdst, app_id, batch,
+                                 commit_meta("copy", [(app_id, batch)]))
+        meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
+                           tombstonesVersion=self.version(tdst))
+        return self._overwrite_from(src, version, dst, app_id, batch, meta)
+
+    def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
+                        meta: dict[str, Any]) -> bool:
+        """Overwrite `dst` with `src` at `version` (None: with no rows, keeping dst's schema)."""
+        if src is not None:
+            df = self.spark.read.format("delta").option("versionAsOf", version).load(str(src))
+        else:
+            df = self.spark.read.format("delta").load(str(dst)).limit(0)
+
+        def attempt() -> bool:
+            if self.exists(dst) and is_committed(self.txn_version(dst, app_id), batch):
+                return False
+            if src is not None:
+                self._ensure_ntz_feature(dst, self.table_schema(src))
+            self._writer(df, "overwrite", app_id, batch, meta).option("overwriteSchema", "true").save(str(dst))
+            return True
+
+        return self._retry(attempt)
+
     def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
         check_batch(app_id, batch)
         changes = list(changes)
