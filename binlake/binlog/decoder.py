@@ -585,13 +585,21 @@ class _FileState:
         name, pos, txn_pos, ts, gtid = self.name, ev.pos, t.pos, ev.timestamp, t.gtid
         try:
             rows = decode_rows(rh, dec)
-        except (ValueError_, BodyError) as exc:
-            hint = ""
+        except (ValueError_, BodyError, struct.error, IndexError, OverflowError, UnicodeDecodeError) as exc:
             if fde.is_mariadb and any(c.type in _OLD_TEMPORAL and not c.meta for c in tm.columns):
-                hint = ("; MariaDB TIME/DATETIME/TIMESTAMP columns with fractional seconds in the 5.3 format "
-                        "(mysql56_temporal_format=OFF) carry no precision in the binlog: decode with the schema "
-                        "(--schemas or --binlog-ddl)")
-            raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}: {exc}{hint}", name, pos) from None
+                # Not damage (the event's CRC held): the TABLE_MAP cannot say how wide these columns are. Only
+                # this table is held back, as for a TABLE_MAP that cannot be read.
+                reason = (f"{exc}; MariaDB TIME/DATETIME/TIMESTAMP columns with fractional seconds in the 5.3 "
+                          "format (mysql56_temporal_format=OFF) carry no precision in the binlog: decode with the "
+                          "schema (--schemas or --binlog-ddl)")
+                err = UnreadableTableMap(name, pos, tm.database, tm.table, reason)
+                self.d.table_errors.append(err)
+                if opts.commits or opts.all_events:
+                    yield self._record("table_error", ev, sub, table=tm.qualified_name, error=str(err))
+                return
+            if not isinstance(exc, (ValueError_, BodyError)):
+                raise  # reported as a malformed event by the caller
+            raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}: {exc}", name, pos) from None
         n = len(rows)
         yield RowBatch(name, pos, txn_pos, sub, ts, gtid, tm, op, rows)
         t.rows += n

@@ -194,6 +194,9 @@ def _datetime_old(buf, off):
     mo, da = divmod(md, 100)
     h, ms = divmod(t, 10000)
     mi, s = divmod(ms, 100)
+    if y > 9999 or mo > 12 or da > 31 or h > 23 or mi > 59 or s > 59:
+        # Not a YYYYMMDDhhmmss number: most likely a MariaDB DATETIME(6) in the 5.3 format read without its schema
+        raise ValueError_(f"DATETIME value {v} is not a date and time")
     return f"{y:04d}-{mo:02d}-{da:02d} {h:02d}:{mi:02d}:{s:02d}", off + 8
 
 
