@@ -9,9 +9,13 @@ import random
 import struct
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
+from binlake.binlog.errors import UnreadableTableMap
+from binlake.binlog.tablemap import Column
 from binlake.binlog.writer import BinlogWriter, column
 from binlake.lake.convert import VECTOR
 from binlake.lake.engines import get_engine
@@ -109,6 +113,28 @@ def test_vectors_land_as_float_lists(tmp_path, fixture_binlogs) -> None:
     mysql9 = fixture_binlogs / "blackbeam__rust_mysql_common" / "vector.binlog"
     lake9 = tmp_path / "lake9"
     run_ingest(IngestOptions(lake=str(lake9), files=[str(mysql9)]))
-    history = get_engine().read(LakeLayout(str(lake9)).history_path("dtb", "foo"))
-    assert history.schema.field("vector_column").type == VECTOR
-    assert all(len(v) == 3 for v in history.column("vector_column").to_pylist())
+    current = get_engine().read(LakeLayout(str(lake9)).current_path("dtb", "foo"))
+    assert current.schema.field("vector_column").type == VECTOR
+    vectors = current.column("vector_column").to_pylist()
+    assert vectors and all(len(v) == 3 for v in vectors)
+
+
+def test_ingest_stops_on_an_unreadable_table_map_without_writing(tmp_path) -> None:
+    """Until the lake can hold back one table alone, a batch with an unreadable TABLE_MAP stops with the typed
+    per-table error (db, table, file, pos) before anything is written: its rows are never dropped silently."""
+    path = tmp_path / "mysql-bin.000001"
+    with BinlogWriter(str(path), timestamp=1_700_000_000) as w:
+        good = w.define_table(1, "shop", "good", [column("int", "id", 0, False)], [0])
+        bad = w.define_table(2, "shop", "bad", [column("int", "id", 0, False), Column(1, 200, name="x")], [0],
+                             raw_metadata={1: b"\x01"})
+        with w.transaction() as tx:
+            tx.insert(good, [[1]])
+            tx.insert(bad, [[1, b"\x00"]])
+    lake = tmp_path / "lake"
+    with pytest.raises(UnreadableTableMap) as info:
+        run_ingest(IngestOptions(lake=str(lake), files=[str(path)]))
+    assert (info.value.db, info.value.table, info.value.file) == ("shop", "bad", path.name)
+    layout = LakeLayout(str(lake))
+    assert str(layout.current_path("shop", "good")).startswith(str(lake))
+    assert not Path(layout.current_path("shop", "good")).exists()
+    assert not Path(layout.history_path("shop", "good")).exists()
