@@ -84,6 +84,9 @@ class OssSettings:
         for value, name in ((endpoint, "OSS_ENDPOINT"), (ak, "OSS_ACCESS_KEY_ID"), (secret, "OSS_ACCESS_KEY_SECRET")):
             if not value:
                 raise SourceConfigError(f"OSS: {name} is not set (pass it or set the environment variable)")
+        scheme, _sep, host = endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
+        if scheme not in ("http", "https") or not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?$", host):
+            raise SourceConfigError(f"OSS: OSS_ENDPOINT {endpoint!r} is not HOST[:PORT] or http(s)://HOST[:PORT]")
         if version not in ("v1", "v4"):
             raise SourceConfigError(f"OSS: OSS_AUTH_VERSION must be v1 or v4, not {version!r}")
         if version == "v4" and not region:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,10 @@ from .landing import already_landed, commit_landed, landed_path, part_path
 
 DEFAULT_ENDPOINT = "rds.aliyuncs.com"
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # the API needs a StartTime; this is before any RDS binlog
+
+
+_INSTANCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_ENDPOINT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?/?$")
 
 
 class RdsApiError(SourceError):
@@ -59,6 +64,8 @@ class RdsSource:
                  page_size: int = 100, region_id: str | None = None, policy: RetryPolicy | None = None) -> None:
         if not instance:
             raise SourceConfigError("rds source: an instance id is needed (rds:INSTANCE)")
+        if not _INSTANCE_ID.match(instance):
+            raise SourceConfigError(f"rds source: {instance!r} is not an RDS instance id (letters, digits, - and _)")
         if not 30 <= page_size <= 100:
             raise SourceConfigError(f"rds source: page_size must be 30..100, not {page_size}")
         self.instance = instance
@@ -76,6 +83,8 @@ class RdsSource:
         protocol = "https"
         if "://" in endpoint:
             protocol, _, endpoint = endpoint.partition("://")
+        if protocol not in ("http", "https") or not _ENDPOINT.match(endpoint):
+            raise SourceConfigError(f"rds source: endpoint {endpoint!r} is not HOST[:PORT] or http(s)://HOST[:PORT]")
         from alibabacloud_rds20140815.client import Client
         from alibabacloud_tea_openapi.models import Config
 

@@ -118,6 +118,17 @@ def test_sources(capsys, tmp_path: Path, monkeypatch) -> None:
           says="--split-mb")
     fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{SMALL}", "--lake", lake, "--expectations",
           str(tmp_path / "none.yml"), says="--expectations")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "ak")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "sk")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "rds:../../etc", "--lake", lake, "--landing", land,
+          says="instance id")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "rds:rm-x", "--lake", lake, "--landing", land,
+          "--rds-endpoint", "not a url", says="endpoint")
+    monkeypatch.setenv("OSS_ENDPOINT", "not a url")
+    monkeypatch.setenv("OSS_ACCESS_KEY_ID", "ak")
+    monkeypatch.setenv("OSS_ACCESS_KEY_SECRET", "sk")
+    fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", "oss://bkt-x/p", "--lake", lake, "--landing", land,
+          says="OSS_ENDPOINT")
     # an OSS endpoint nobody listens on (a port of ours, closed again): unavailable, after the retries
     import socket
 
