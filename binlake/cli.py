@@ -365,8 +365,21 @@ def cmd_query(args: argparse.Namespace) -> int:
     from .lake.query import run_query
 
     table = run_query(args.lake, args.sql, engine=args.engine, dropped=args.dropped)
-    print(table.to_pandas().to_string(index=False) if table.num_rows else "(no rows)")
+    if not table.num_rows:
+        print("(no rows)")
+        return 0
+    frame = table.to_pandas()
+    frame.columns = [_printable(str(c)) for c in frame.columns]
+    for c in frame.columns:  # text from the source must not drive the terminal
+        if frame[c].dtype.kind == "O":
+            frame[c] = frame[c].map(lambda v: _printable(v) if isinstance(v, str) else v)
+    print(frame.to_string(index=False))
     return 0
+
+
+def _printable(text: str) -> str:
+    """Control characters (terminal escape sequences, newlines) shown as escapes."""
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:

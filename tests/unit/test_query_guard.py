@@ -150,3 +150,11 @@ def test_rewrite_registers_only_named_tables() -> None:
 def test_missing_lake_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(QueryRefused, match="no such lake"):
         run_query(str(tmp_path / "missing"), "SELECT 1")
+
+
+def test_printed_results_cannot_drive_the_terminal(lake: Path, capsys) -> None:
+    sql = "SELECT 'a' || chr(27) || '[31mred' || chr(10) || 'x' AS \"c\nd\", id FROM toddy_test.outbox ORDER BY id"
+    assert main(["query", "--lake", str(lake), sql]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "a\\x1b[31mred\\nx" in out and "c\\nd" in out
+    assert len(out.splitlines()) == 3  # header and two rows: no value broke a line
