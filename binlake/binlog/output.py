@@ -409,10 +409,22 @@ def rollback_sql(c: RowChange) -> str:
     if c.op == OP_INSERT:
         return _delete(c.table, c.after)
     if c.op == OP_DELETE:
+        _need_old_values(c, range(len(c.before)))
         return _insert(c.table, c.before)
     if c.op == OP_UPDATE:
+        _need_old_values(c, [i for i, v in enumerate(c.after) if v is not ABSENT])
         return _update(c.table, c.before, c.after)
     raise OutputError(f"unknown operation {c.op}")
+
+
+def _need_old_values(c: RowChange, columns) -> None:
+    """Undoing needs the old value of every column the change wrote (all of them for a delete); a row image
+    without them (binlog_row_image=MINIMAL or NOBLOB) cannot be undone exactly, and is not undone wrongly."""
+    missing = [c.table.columns[i].key for i in columns if i >= len(c.before) or c.before[i] is ABSENT]
+    if missing:
+        raise OutputError(f"{c.file}:{c.pos}: {c.table.qualified_name}: undoing this {c.op} needs the old value of "
+                          f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}, which the binlog does not "
+                          "carry (binlog_row_image=MINIMAL/NOBLOB; rollback needs FULL)")
 
 
 def comment_text(text: str) -> str:

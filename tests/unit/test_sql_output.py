@@ -7,11 +7,13 @@ import io
 import random
 from decimal import Decimal
 
+import pytest
 import sqlglot
 from sqlglot import exp
 
 from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.output import (
+    OutputError,
     comment_text,
     float_literal,
     forward_sql,
@@ -23,6 +25,7 @@ from binlake.binlog.output import (
     write_sql,
 )
 from binlake.binlog.records import OP_DELETE, OP_INSERT, OP_UPDATE, RowChange
+from binlake.binlog.rows import ABSENT
 from binlake.binlog.tablemap import Column, TableMap
 
 UTF8_CI, LATIN1_CI, BINARY = 45, 8, 63  # utf8mb4_general_ci, latin1_swedish_ci, binary
@@ -124,3 +127,23 @@ def test_file_names_stay_in_their_comment() -> None:
         assert [type(s).__name__ for s in statements(out.getvalue())][-1] in ("Insert", "Delete")
         assert not any(isinstance(s, exp.Drop) for s in statements(out.getvalue()))
     assert comment_text(evil) == "x%0ADROP DATABASE mysql; -- %0D%E2%80%A8%5C%25"
+
+
+def test_rollback_refuses_row_images_without_the_old_values() -> None:
+    keyed = table(pk=[0])
+    full = [1, "a", "b", b"", 1.0, "a", "", Decimal("1")]
+    # binlog_row_image=MINIMAL: the before image holds the key only, the after image the changed columns
+    before = [1] + [ABSENT] * 7
+    after = [ABSENT, "new", *[ABSENT] * 6]
+    update = change(keyed, OP_UPDATE, before, after)
+    assert forward_sql(update).startswith("UPDATE")  # forward needs only the key and the new values
+    with pytest.raises(OutputError, match=r"mysql-bin.000001:4: .*needs the old value of s'\"; --"):
+        rollback_sql(update)
+    with pytest.raises(OutputError, match="undoing this delete"):
+        rollback_sql(change(keyed, OP_DELETE, before, None))
+    # with FULL images both directions work
+    assert rollback_sql(change(keyed, OP_UPDATE, full, [1, "new", *full[2:]])).startswith("UPDATE")
+    out = io.StringIO()
+    with pytest.raises(OutputError):
+        write_rollback([change(keyed, OP_DELETE, full, None), update], out)
+    assert out.getvalue() == ""  # nothing written: the rollback is spooled before any output
