@@ -24,7 +24,7 @@ from .constants import (
     MAGIC,
     EventType,
 )
-from .errors import BadMagic, ChecksumMismatch, CorruptEvent, TruncatedFile, UnsupportedFeature
+from .errors import BadMagic, ChecksumMismatch, CorruptEvent, TruncatedFile, UnknownEvent, UnsupportedFeature
 from .fde import FormatDescription, default_format_description, parse_format_description
 
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
@@ -34,6 +34,9 @@ MAX_EVENT_SIZE = 1 << 31  # larger than any real event (max_allowed_packet is 1 
 END_COMPLETE = "complete"  # the file ended exactly at an event boundary
 END_IN_USE = "in use, incomplete"  # the tail is cut but the server still had the file open
 END_TRUNCATED = "truncated"  # the tail is cut and the file was closed: damage
+END_UNCLOSED = "closed without ROTATE/STOP"  # a closed file that ends at an event boundary but not at its end
+LOG_EVENT_RELAY_LOG_F = 0x40  # events a replica wrote into its relay log
+READ_LIMIT = 1 << 24  # bytes asked of the file object at once (a damaged event length must not size a read)
 
 
 @dataclass
@@ -111,6 +114,14 @@ class EventStream:
         self._off = 0
         self._base = 0  # file position of _buf[0]
         self._eof = False
+        # Positions: the header's next-position field is the event's end in this file ("local"), or refers to
+        # another file (relay logs carry the source's positions; a dump that started mid-file): not checked.
+        self.local_positions = True
+        self.exact_positions = False  # servers that never write a smaller next-position (no cache-relative ones)
+        self.zero_is_damage = False  # MySQL writes no 0 next-position in its own binlogs (MariaDB 11.4+ does)
+        self.last_type: int | None = None
+        self.closed_at: int | None = None  # end of the ROTATE/STOP that closed the file
+        self._probe_crc = False
         self._read_total = 0  # bytes read from the (decompressed) file so far
 
     # -- buffer management -------------------------------------------------------------------------------
@@ -120,7 +131,7 @@ class EventStream:
         want = n
         while want > 0:
             try:
-                chunk = self.f.read(want)
+                chunk = self.f.read(min(want, READ_LIMIT))
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 # A gzip file whose compressed body is cut short or damaged: where in the decompressed stream.
                 at = self._read_total
@@ -191,8 +202,30 @@ class EventStream:
                     raise CorruptEvent(f"start position {pos} is not an event boundary", name, pos)
             if size < HEADER_LEN or size > MAX_EVENT_SIZE:
                 raise CorruptEvent(f"event length {size} is impossible (type {etype})", name, pos)
+            if first and etype != EventType.FORMAT_DESCRIPTION:
+                if etype == EventType.START_V3:
+                    raise UnsupportedFeature("binlog format v1/v3 (MySQL 4.x and older) is not supported", name, pos)
+                raise CorruptEvent(f"the first event is {_type_name(etype)}, not a FORMAT_DESCRIPTION", name, pos)
+            if self.closed_at is not None and self.local_positions:
+                raise CorruptEvent(
+                    f"{_type_name(etype)} event after the {_type_name(self.last_type)} that closed the file", name, pos)
+            if etype > len(self.fde.post_header) and not first and not flags & LOG_EVENT_IGNORABLE_F:
+                # The FORMAT_DESCRIPTION lists a post-header length for every event type its server writes.
+                raise UnknownEvent(
+                    f"event type {etype} is not one that server version {self.fde.server_version} writes (it knows "
+                    f"{len(self.fde.post_header)} types)", name, pos)
+            if etype == EventType.ROTATE and log_pos == 0 and not first:
+                # The artificial ROTATE a source sends first: a relay log, whose events from here on carry the
+                # source's positions.
+                self.local_positions = False
+            if (log_pos != pos + size and self.local_positions and (log_pos or self.zero_is_damage)
+                    and etype != EventType.FORMAT_DESCRIPTION):
+                self._position_mismatch(etype, pos, size, log_pos)
             if off + size > len(buf):
                 if not self._ensure(size):
+                    if not _known_type(etype) and not flags & LOG_EVENT_IGNORABLE_F:
+                        raise CorruptEvent(f"the last event, cut short, has unknown type {etype}: not an event "
+                                           "header (damaged bytes before the end of the file)", name, pos)
                     self._finish(len(self._buf) - self._off, declared=size)
                     return
                 buf = self._buf
@@ -202,7 +235,9 @@ class EventStream:
                 fde = parse_format_description(buf, off + HEADER_LEN, end, name, pos)
                 if fde.checksum_alg not in (BINLOG_CHECKSUM_ALG_OFF, BINLOG_CHECKSUM_ALG_CRC32, BINLOG_CHECKSUM_ALG_UNDEF):
                     raise UnsupportedFeature(f"unknown checksum algorithm {fde.checksum_alg}", name, pos)
-                if fde.checksum_alg == BINLOG_CHECKSUM_ALG_CRC32 and self.verify:
+                # Servers that write the algorithm byte always checksum the FDE itself, also with checksums off:
+                # this guards the algorithm byte.
+                if fde.has_checksum_byte and self.verify and buf[end - 5] != BINLOG_CHECKSUM_ALG_UNDEF:
                     stored = int.from_bytes(buf[end - 4 : end], "little")
                     data = bytearray(buf[off : end - 4])
                     data[17] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
@@ -211,9 +246,20 @@ class EventStream:
                             f"FORMAT_DESCRIPTION CRC32 {stored:08x} does not match its bytes", name, pos
                         )
                 self.fde = fde
+                self._probe_crc = fde.has_checksum_byte and not fde.has_crc
                 if self.first_fde is None:
                     self.first_fde = fde
                     self.in_use = bool(flags & LOG_EVENT_BINLOG_IN_USE_F)
+                    self.exact_positions = _exact_positions(fde)
+                    self.zero_is_damage = self.exact_positions and not fde.is_mariadb
+                    if flags & LOG_EVENT_RELAY_LOG_F or log_pos == 0:
+                        self.local_positions = False  # a relay log, or a dump that began mid-file
+                    elif log_pos != pos + size:
+                        raise CorruptEvent(
+                            f"FORMAT_DESCRIPTION ends at {pos + size} but its header says {log_pos}", name, pos)
+                else:
+                    # A second FDE: a relay log, whose events from here on carry the source's positions.
+                    self.local_positions = False
                 body_end = end - 4 if fde.checksum_alg == BINLOG_CHECKSUM_ALG_CRC32 else end
             else:
                 if first and etype == EventType.START_V3:
@@ -232,7 +278,17 @@ class EventStream:
                             )
                 else:
                     body_end = end
+                    # Checksums are declared off: an event ending in a valid CRC32 of its bytes says the
+                    # FORMAT_DESCRIPTION's algorithm byte was damaged (CRC bytes would be read as data).
+                    if (self._probe_crc and self.verify and size >= HEADER_LEN + 4
+                            and crc32(memoryview(buf)[off : end - 4]) == int.from_bytes(buf[end - 4 : end], "little")):
+                        raise CorruptEvent(
+                            "the FORMAT_DESCRIPTION says checksums are off, but events carry a valid CRC32", name, pos)
+                    self._probe_crc = False
             self._off = end
+            self.last_type = etype
+            if etype in (EventType.ROTATE, EventType.STOP) and log_pos:
+                self.closed_at = pos + size
             ev = RawEvent(pos, ts, etype, server_id, size, log_pos, flags, buf, off, off + HEADER_LEN, body_end)
             yield ev
             if first:
@@ -249,10 +305,41 @@ class EventStream:
                     pos,
                 )
 
+    def _position_mismatch(self, etype: int, pos: int, size: int, log_pos: int) -> None:
+        end = pos + size
+        if log_pos == 0:
+            raise CorruptEvent(f"{_type_name(etype)} event's next-position field is 0, which this server never "
+                               "writes in its own binlog", self.name, pos)
+        if log_pos > end:
+            raise CorruptEvent(
+                f"{_type_name(etype)} event ends at {end}, but its header says the next event starts at {log_pos}: "
+                f"{log_pos - end} bytes are missing (or its length is damaged)", self.name, pos)
+        if self.exact_positions or log_pos > pos:
+            # (Positions relative to a transaction cache, which old servers wrote, end before the event starts.)
+            raise CorruptEvent(
+                f"{_type_name(etype)} event ends at {end}, but its header says the next event starts at {log_pos} "
+                "(bytes added, or its length is damaged)", self.name, pos)
+        # Older servers wrote positions relative to the transaction cache for events inside transactions.
+
     def _finish(self, trailing: int, declared: int | None = None) -> None:
         pos = self._base + self._off
         if trailing == 0:
-            self.end = StreamEnd(pos, END_COMPLETE)
+            if self.first_fde is None:
+                self.end = StreamEnd(pos, END_TRUNCATED)
+                if not self.allow_truncated:
+                    raise TruncatedFile("file ends after the magic bytes, before its FORMAT_DESCRIPTION", self.name,
+                                        pos, in_use=False)
+                return
+            if self.in_use or not self.local_positions or self.closed_at == pos:
+                self.end = StreamEnd(pos, END_COMPLETE)
+                return
+            # The server clears the in-use flag only after writing ROTATE (rotation) or STOP (shutdown) at the end.
+            self.end = StreamEnd(pos, END_UNCLOSED)
+            if not self.allow_truncated:
+                last = _type_name(self.last_type) if self.last_type is not None else "nothing"
+                raise TruncatedFile(
+                    f"file ends after {last} without the ROTATE or STOP event a closed binlog ends with (its in-use "
+                    "flag is clear): events are missing from its end", self.name, pos, in_use=False)
             return
         what = (
             f"{trailing} bytes left, less than an event header"
@@ -265,6 +352,26 @@ class EventStream:
         self.end = StreamEnd(pos, END_TRUNCATED, trailing)
         if not self.allow_truncated:
             raise TruncatedFile(f"file is truncated: {what}", self.name, pos, in_use=False)
+
+
+def _exact_positions(fde: FormatDescription) -> bool:
+    """Whether every next-position field this server writes is 0 or the event's end. MySQL before 5.0.38 and
+    5.1.16 (and the pre-GA 5.1/5.2 trees) wrote positions relative to the transaction cache for the events of a
+    transaction (MySQL bug 22540); those end before the event starts."""
+    if fde.is_mariadb:
+        return True
+    if fde.permutation is not None:
+        return False
+    v = fde.version_tuple
+    return v >= (5, 1, 16) or (5, 0, 38) <= v < (5, 1, 0)
+
+
+def _known_type(code: int) -> bool:
+    try:
+        EventType(code)
+    except ValueError:
+        return False
+    return True
 
 
 def _type_name(code: int) -> str:

@@ -1290,7 +1290,8 @@ class BinlogWriter:
         self._finish_file()
 
     def close(self) -> None:
-        """Closes the file as the server does on a clean close: no final event, in-use flag cleared."""
+        """Closes the file with no final event and the in-use flag cleared (a server does that only when binary
+        logging stops on a write error; the decoder reads such a file as cut short: use rotate() or stop())."""
         if self._active is not None:
             raise RuntimeError("close() inside an open transaction; commit or roll it back first")
         self._finish_file()
@@ -1298,9 +1299,11 @@ class BinlogWriter:
     def __enter__(self) -> BinlogWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self._active is not None:
             self._active.rollback()
+        if exc_type is None and not self.closed:
+            self.stop()  # leaving the block cleanly is a clean shutdown: the file ends with STOP
         self.close()
 
 

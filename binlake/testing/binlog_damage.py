@@ -7,8 +7,10 @@ checksum check. Every mutant is decoded in a worker process (RLIMIT_AS and a per
 checked against the intact file:
 
 - a typed error (`BinlogError`) is always acceptable;
-- a clean end must deliver every change of the intact file (row changes plus statement/DDL records), except that
-  a file the server still had open (in-use flag set) may lose the changes after a truncation point;
+- a clean end must deliver every change of the intact file (row changes plus statement and DDL records), except
+  that a file the server still had open (in-use flag set; relay logs, whose flag old servers never set) may lose
+  the changes after a truncation point (a cut there is indistinguishable from the file's current end), and a
+  relay log those after a chunk spliced out (its events carry the source's positions, which may skip);
 - anything else (an untyped exception, a hang, a memory blow-up, a clean end with changes lost) is a failure.
 
 Used by tests/unit/test_decoder_damage.py (a few thousand cases) and scripts/fuzz_decoder.py (larger runs).
@@ -43,7 +45,8 @@ class Intact:
     data: bytes
     events: list[tuple[int, int]]  # (position, size) of every event
     crc: bool
-    in_use: bool
+    open_ended: bool  # in use, or a relay log (whose in-use flag old servers never set): may end anywhere
+    relay: bool  # positions refer to another file: a chunk missing from the middle cannot be seen
     changes: int
     changes_by_end: list[tuple[int, int]]  # (event end, changes delivered by events ending there or before)
 
@@ -88,7 +91,7 @@ def _changes(data: bytes, name: str) -> tuple[int, dict[int, int], BinlogDecoder
     n = 0
     by_start: dict[int, int] = {}
     for r in decoder.decode_stream(io.BytesIO(data), name):
-        if type(r) is RowChange or r.kind in ("statement", "ddl"):
+        if type(r) is RowChange or r.kind in ("statement", "ddl", "other", "load_data"):
             n += 1
             by_start[r.pos] = n
     return n, by_start, decoder
@@ -109,7 +112,8 @@ def load_intact(name: str, data: bytes) -> Intact:
     events = [(ev.pos, ev.size) for ev in stream]
     crc = bool(stream.first_fde and stream.first_fde.has_crc)
     changes, by_end, in_use = count_changes(data, name)
-    return Intact(name, data, events, crc, in_use, changes, by_end)
+    relay = not stream.local_positions
+    return Intact(name, data, events, crc, in_use or relay, relay, changes, by_end)
 
 
 def _fix_crc(buf: bytearray, pos: int, size: int) -> None:
@@ -157,11 +161,15 @@ def mutate(src: Intact, seed: int, fix_crc: bool, kind: str | None = None) -> Mu
         j = rng.randrange(i + 1, min(len(events), i + 4) + 1)
         a = events[i][0]
         b = events[j][0] if j < len(events) else len(data)
-        return Mutant(src.name, seed, kind, f"events {i}..{j - 1} ({a}:{b}) removed", bytes(data[:a] + data[b:]))
+        return Mutant(src.name, seed, kind, f"events {i}..{j - 1} ({a}:{b}) removed", bytes(data[:a] + data[b:]),
+                      a if b == len(data) or src.relay else None)
     if kind == "splice_bytes":
         a = rng.randrange(4, max(5, len(data) - 1))
         b = min(len(data), a + rng.randint(1, 300))
-        return Mutant(src.name, seed, kind, f"bytes {a}:{b} removed", bytes(data[:a] + data[b:]))
+        out = bytes(data[:a] + data[b:])
+        # The event the cut starts in now runs past the end of the file: a torn last event (a truncation).
+        torn = next((p for p, n in events if p <= a < p + n and (p + n > len(out) or src.relay)), None)
+        return Mutant(src.name, seed, kind, f"bytes {a}:{b} removed", out, torn)
     if kind == "duplicate":
         if len(events) < 2:
             return mutate(src, seed, fix_crc, "flip")
@@ -173,7 +181,7 @@ def mutate(src: Intact, seed: int, fix_crc: bool, kind: str | None = None) -> Mu
 
 def expected_changes(src: Intact, m: Mutant) -> int:
     """The least changes a clean decode of the mutant must deliver."""
-    if m.cut is not None and src.in_use:
+    if m.cut is not None and src.open_ended:
         return src.changes_before(m.cut)
     return src.changes
 
