@@ -1,8 +1,12 @@
-"""Progress of long work on stderr, without dependencies.
+"""Progress of long work on stderr, through `rich`.
 
-On a terminal a bar is redrawn in place (at most every `every` seconds, 0.1 by default); otherwise (logs, CI,
-Airflow) a plain line is printed every `every` seconds (10 by default), so short runs stay quiet and long ones
-show they are alive. Messages (`note`) are printed on their own lines without breaking the bar.
+On a terminal a rich progress bar is redrawn in place (at most every `every` seconds, 0.1 by default); otherwise
+(logs, CI, Airflow) a plain line is printed every `every` seconds (10 by default), so short runs stay quiet and
+long ones show they are alive. Messages (`note`) are printed on their own lines without breaking the bar.
+
+Kept by hand: the periodic plain lines (rich's live display on a non-terminal prints only its last frame, and CI
+logs need to see a long run is alive), and the line's wording (binary KB/MB and the average rate since the start,
+as before; rich's own columns are decimal and use a sliding-window rate).
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, Task
+from rich.text import Text
 
 UNITS = ("B", "KB", "MB", "GB", "TB")
 
@@ -24,6 +32,27 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def stderr_console(stream: TextIO | None = None, tty: bool | None = None) -> Console:
+    """A rich Console on `stream` (stderr by default) that writes text as given: no markup, highlighting, emoji or
+    wrapping, and no control codes unless it is a terminal (`tty`, by default the stream's isatty())."""
+    if tty is None:
+        target = stream if stream is not None else sys.stderr
+        tty = bool(getattr(target, "isatty", lambda: False)())
+    return Console(file=stream, stderr=stream is None, force_terminal=tty, markup=False, highlight=False,
+                   emoji=False, soft_wrap=True)
+
+
+class _LineColumn(ProgressColumn):
+    """The bar's text: the same line the plain mode prints."""
+
+    def __init__(self, bar: ProgressBar) -> None:
+        super().__init__()
+        self.bar = bar
+
+    def render(self, task: Task) -> Text:
+        return Text(self.bar.text())
+
+
 class ProgressBar:
     """Progress of one piece of work: `update(done)` or `advance(n)`, then `close()` (or use it as a context).
 
@@ -34,18 +63,36 @@ class ProgressBar:
     def __init__(self, label: str, total: int | None = None, unit: str = "bytes", stream: TextIO | None = None,
                  tty: bool | None = None, every: float | None = None, clock: Callable[[], float] = time.monotonic,
                  width: int = 28) -> None:
-        self.label, self.total, self.unit = label, total, unit
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = tty if tty is not None else bool(getattr(self.stream, "isatty", lambda: False)())
+        self.unit = unit
+        self.console = stderr_console(stream, tty)
+        self.tty = self.console.is_terminal
         self.every = every if every is not None else (0.1 if self.tty else 10.0)
         self.clock = clock
-        self.width = width
-        self.done = 0
-        self.started = clock()
-        self._last_draw = self.started
-        self._drawn = False  # a bar is on screen (TTY) or a line was printed (plain)
+        # Redrawn when binlake says so (auto_refresh off), so the clock it is given decides; stdout is left alone
+        # (decoded records may be going there).
+        self._progress = Progress(BarColumn(bar_width=width), _LineColumn(self), console=self.console,
+                                  get_time=clock, auto_refresh=False, redirect_stdout=False)
+        self._task_id = self._progress.add_task(label, total=total)
+        self._task = self._progress.tasks[0]
+        self._last_draw = clock()
+        self._drawn = False  # the live bar is on screen (TTY) or a line was printed (plain)
         self._closed = False
-        self._completed_at: float | None = None  # rate and time stop when the total is reached
+
+    @property
+    def label(self) -> str:
+        return self._task.description
+
+    @label.setter
+    def label(self, value: str) -> None:
+        self._progress.update(self._task_id, description=value)
+
+    @property
+    def done(self) -> int:
+        return int(self._task.completed)
+
+    @property
+    def total(self) -> int | None:
+        return None if self._task.total is None else int(self._task.total)
 
     def __enter__(self) -> ProgressBar:
         return self
@@ -58,24 +105,17 @@ class ProgressBar:
 
     def update(self, done: int, total: int | None = None) -> None:
         """Set the amount done (and the total, when it became known); redraws when it is time to."""
-        self.done = done
         if total is not None:
-            self.total = total
+            self._progress.update(self._task_id, total=total)
+        self._progress.update(self._task_id, completed=done)  # rich stops the task's clock at the total
         now = self.clock()
-        if self.total and done >= self.total and self._completed_at is None:
-            self._completed_at = now
         if now - self._last_draw >= self.every:
             self._last_draw = now
-            self._draw(now)
+            self._draw()
 
     def note(self, message: str) -> None:
-        """A message line; on a terminal the bar is cleared first and redrawn after it."""
-        if self.tty and self._drawn:
-            self.stream.write("\r\x1b[K")
-        self.stream.write(message + "\n")
-        if self.tty and self._drawn:
-            self._draw(self.clock())
-        self.stream.flush()
+        """A message line; on a terminal it is printed above the bar, which is redrawn after it."""
+        self.console.print(message)
 
     def finish(self) -> None:
         """The work completed: count it all done, then close."""
@@ -84,29 +124,34 @@ class ProgressBar:
         self.close()
 
     def close(self) -> None:
-        """Final state: on a terminal the bar is completed with a newline; in plain mode a last line is printed
-        only if earlier lines were (a run too short to report stays silent)."""
+        """Final state: on a terminal the bar is completed and left on its line; in plain mode a last line is
+        printed only if earlier lines were (a run too short to report stays silent)."""
         if self._closed:
             return
         self._closed = True
-        if self.tty or self._drawn:
-            self._draw(self.clock(), final=True)
+        if self.tty:
+            self._draw()
+            self._progress.stop()
+        elif self._drawn:
+            self._draw()
 
-    def text(self, now: float | None = None) -> str:
+    def text(self) -> str:
         """The progress as one line of text (without the bar)."""
-        now = self.clock() if now is None else now
-        elapsed = max((self._completed_at or now) - self.started, 1e-9)
-        rate = self.done / elapsed
+        task = self._task
+        elapsed = task.finished_time if task.finished_time is not None else task.elapsed or 0.0
+        elapsed = max(elapsed, 1e-9)
+        done, total = self.done, self.total
+        rate = done / elapsed
         suffix = f" {self.unit}" if self.unit and self.unit != "bytes" else ""
         parts = [f"{self.label}:"]
-        if self.total:
-            pct = min(100.0, 100.0 * self.done / self.total)
-            parts.append(f"{self._amount(self.done)} / {self._amount(self.total)}{suffix} ({pct:.0f}%)")
+        if total:
+            pct = min(100.0, 100.0 * done / total)
+            parts.append(f"{self._amount(done)} / {self._amount(total)}{suffix} ({pct:.0f}%)")
         else:
-            parts.append(f"{self._amount(self.done)}{suffix}")
+            parts.append(f"{self._amount(done)}{suffix}")
         parts.append(f"{self._amount(rate)}/s" if self.unit == "bytes" else f"{rate:.1f}{suffix}/s")
-        if self.total and rate > 0 and self.done < self.total:
-            parts.append(f"ETA {_duration((self.total - self.done) / rate)}")
+        if total and rate > 0 and done < total:
+            parts.append(f"ETA {_duration((total - done) / rate)}")
         else:
             parts.append(f"in {_duration(elapsed)}")
         return " ".join(parts)
@@ -114,18 +159,15 @@ class ProgressBar:
     def _amount(self, n: float) -> str:
         return human_bytes(n) if self.unit == "bytes" else f"{n:.0f}"
 
-    def _draw(self, now: float, final: bool = False) -> None:
-        line = self.text(now)
+    def _draw(self) -> None:
         if self.tty:
-            bar = ""
-            if self.total:
-                filled = int(self.width * min(1.0, self.done / self.total))
-                bar = "[" + "#" * filled + "-" * (self.width - filled) + "] "
-            self.stream.write("\r\x1b[K" + bar + line + ("\n" if final else ""))
+            if not self._drawn:
+                self._progress.start()  # rich's live display: drawn now, redrawn in place by refresh()
+            else:
+                self._progress.refresh()
         else:
-            self.stream.write(line + "\n")
+            self.console.print(self.text())
         self._drawn = True
-        self.stream.flush()
 
 
 def _duration(seconds: float) -> str:

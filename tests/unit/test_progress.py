@@ -4,6 +4,7 @@ clock (no timing in the tests)."""
 from __future__ import annotations
 
 import io
+import re
 
 from binlake.progress import FilePositions, ProgressBar, human_bytes
 
@@ -39,21 +40,56 @@ def test_plain_lines_are_periodic_and_short_runs_stay_silent() -> None:
     assert quiet.getvalue() == ""
 
 
+def _screen(output: str) -> list[str]:
+    """The lines a terminal shows after `output`: carriage return, erase line and cursor up are applied, other
+    control sequences (colours, cursor visibility) dropped."""
+    lines, row, col = [""], 0, 0
+    for token in re.findall(r"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+", output):
+        if token == "\n":
+            row, col = row + 1, 0
+            lines.extend([""] * (row + 1 - len(lines)))
+        elif token == "\r":
+            col = 0
+        elif token == "\x1b[2K":
+            lines[row] = ""
+        elif token == "\x1b[1A":
+            row -= 1
+        elif not token.startswith("\x1b"):
+            lines[row] = lines[row][:col].ljust(col) + token + lines[row][col + len(token):]
+            col += len(token)
+    return [line for line in lines if line]
+
+
 def test_terminal_bar_redraws_in_place_and_notes_do_not_break_it() -> None:
     clock, out = Clock(), io.StringIO()
     bar = ProgressBar("bootstrap", total=4, unit="chunks", stream=out, tty=True, every=0.1, clock=clock, width=8)
     clock.now += 1
     bar.update(1)
-    assert out.getvalue() == "\r\x1b[K[##------] bootstrap: 1 / 4 chunks (25%) 1.0 chunks/s ETA 3s"
-    out.truncate(0)
-    out.seek(0)
-    bar.note("[ingest] hello")
-    assert out.getvalue() == ("\r\x1b[K[ingest] hello\n"
-                              "\r\x1b[K[##------] bootstrap: 1 / 4 chunks (25%) 1.0 chunks/s ETA 3s")
-    clock.now += 1
+    assert _screen(out.getvalue()) == ["━━╺━━━━━ bootstrap: 1 / 4 chunks (25%) 1.0 chunks/s ETA 3s"]
+    bar.note("[ingest] hello")  # printed as given (no markup), above the bar
+    assert _screen(out.getvalue()) == ["[ingest] hello",
+                                       "━━╺━━━━━ bootstrap: 1 / 4 chunks (25%) 1.0 chunks/s ETA 3s"]
+    clock.now += 0.05
+    bar.update(2)  # sooner than `every`: not redrawn
+    assert _screen(out.getvalue())[-1].endswith("1 / 4 chunks (25%) 1.0 chunks/s ETA 3s")
+    clock.now += 0.95
     bar.update(4)
     bar.close()
-    assert out.getvalue().endswith("\r\x1b[K[########] bootstrap: 4 / 4 chunks (100%) 2.0 chunks/s in 2s\n")
+    text = out.getvalue()
+    assert _screen(text) == ["[ingest] hello", "━━━━━━━━ bootstrap: 4 / 4 chunks (100%) 2.0 chunks/s in 2s"]
+    assert text.endswith("\n\x1b[?25h")  # the bar ends its line and the cursor is shown again
+
+
+def test_plain_mode_writes_no_control_codes_and_no_markup() -> None:
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("decode [x]", total=1 << 40, stream=out, tty=False, every=0, clock=clock)
+    bar.note("[ingest] hello :smile: https://example.invalid/" + "y" * 200)
+    clock.now += 3
+    bar.update(1 << 39)
+    bar.close()
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+    line = "decode [x]: 512.0 GB / 1.0 TB (50%) 170.7 GB/s ETA 3s"
+    assert out.getvalue().splitlines() == ["[ingest] hello :smile: https://example.invalid/" + "y" * 200, line, line]
 
 
 def test_unknown_total_and_sizes() -> None:
