@@ -24,7 +24,15 @@ from .constants import (
     MAGIC,
     EventType,
 )
-from .errors import BadMagic, ChecksumMismatch, CorruptEvent, TruncatedFile, UnknownEvent, UnsupportedFeature
+from .errors import (
+    BadMagic,
+    BinlogError,
+    ChecksumMismatch,
+    CorruptEvent,
+    TruncatedFile,
+    UnknownEvent,
+    UnsupportedFeature,
+)
 from .fde import FormatDescription, default_format_description, parse_format_description
 
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
@@ -72,6 +80,9 @@ class RawEvent:
 
     def body_bytes(self) -> bytes:
         return bytes(self.buf[self.body : self.body_end])
+
+
+_GZIP_PIECE = 1 << 16
 
 
 def open_binlog(path: str) -> BinaryIO:
@@ -123,21 +134,26 @@ class EventStream:
         self.closed_at: int | None = None  # end of the ROTATE/STOP that closed the file
         self._probe_crc = False
         self._read_total = 0  # bytes read from the (decompressed) file so far
+        # gzip is read in pieces, so that a damaged or cut compressed body loses no complete event before it: the
+        # error waits in _gzip_error until the events read so far are delivered.
+        self._piece = _GZIP_PIECE if isinstance(fileobj, gzip.GzipFile) else None
+        self._gzip_error: tuple[type[BinlogError], str] | None = None
 
     # -- buffer management -------------------------------------------------------------------------------
     def _read_some(self, n: int) -> bytes:
         """Read up to n bytes, looping over short reads until n bytes or EOF."""
         parts = []
         want = n
-        while want > 0:
+        while want > 0 and self._gzip_error is None:
             try:
-                chunk = self.f.read(min(want, READ_LIMIT))
+                chunk = self.f.read(min(want, READ_LIMIT if self._piece is None else self._piece))
             except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-                # A gzip file whose compressed body is cut short or damaged: where in the decompressed stream.
-                at = self._read_total
-                if isinstance(exc, EOFError):
-                    raise TruncatedFile(f"gzip body ends early ({exc})", self.name, at) from None
-                raise CorruptEvent(f"gzip body is corrupt ({exc})", self.name, at) from None
+                # A gzip file whose compressed body is cut short or damaged: raised where the next event would
+                # start, once every complete event before the damage was delivered (_raise_gzip_error).
+                kind = TruncatedFile if isinstance(exc, EOFError) else CorruptEvent
+                what = "ends early" if kind is TruncatedFile else "is corrupt"
+                self._gzip_error = (kind, f"gzip body {what} after {self._read_total} decompressed bytes ({exc})")
+                break
             if not chunk:
                 self._eof = True
                 break
@@ -157,7 +173,13 @@ class EventStream:
         self._base += self._off
         self._buf = self._buf[self._off :] + more
         self._off = 0
+        if len(self._buf) < n and self._gzip_error is not None:
+            self._raise_gzip_error()
         return len(self._buf) >= n
+
+    def _raise_gzip_error(self) -> None:
+        kind, message = self._gzip_error  # type: ignore[misc]
+        raise kind(message, self.name, self._base + self._off)
 
     def _skip_to(self, target: int) -> None:
         """Advance the read position to file offset `target` (used for --start-position)."""
@@ -165,6 +187,9 @@ class EventStream:
             self._base += len(self._buf)
             self._off = 0
             self._buf = self._read_some(CHUNK)
+            if self._gzip_error is not None and self._base + len(self._buf) < target:
+                self._off = len(self._buf)
+                self._raise_gzip_error()
         self._off = target - self._base
         if self._off > len(self._buf):
             raise CorruptEvent(f"start position {target} is beyond the end of the file", self.name, target)
