@@ -639,6 +639,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     for opt, value in (("--output", getattr(args, "output", None)), ("--html", getattr(args, "html", None))):
         if value:
             _output_file(value, opt)
+            for f in getattr(args, "files", None) or []:
+                if os.path.exists(value) and os.path.samefile(value, f):
+                    raise UsageError(f"{opt} {value}: is also an input file (it would be overwritten)")
     if command in ("report", "quality") and getattr(args, "out", None):
         _output_file(args.out, "--out")
     if command == "schema" and not _is_remote(args.out):

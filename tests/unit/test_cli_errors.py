@@ -90,6 +90,10 @@ def test_decode_bad_options(capsys, tmp_path: Path) -> None:
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--schemas", str(tmp_path / "none"), f, says="--schemas")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "-o", str(tmp_path / "no" / "x.json"), f, says="--output")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "-o", str(tmp_path), f, says="--output")
+    mine = tmp_path / "mine.000001"
+    shutil.copy(SMALL, mine)
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", "-o", str(mine), str(mine), says="input")
+    fails(capsys, tmp_path, ExitCode.USAGE, "stats", "--html", str(mine), str(mine), says="input")
     fails(capsys, tmp_path, ExitCode.USAGE, "stats", "--top", "-3", f, says="--top")
     fails(capsys, tmp_path, ExitCode.USAGE, "stats", "--html", str(tmp_path / "no" / "x.html"), f, says="--html")
     fails(capsys, tmp_path, ExitCode.USAGE, "no-such-command", says="no-such-command")
