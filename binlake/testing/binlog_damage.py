@@ -10,7 +10,8 @@ checked against the intact file:
 - a clean end must deliver every change of the intact file (row changes plus statement and DDL records), except
   that a file the server still had open (in-use flag set; relay logs, whose flag old servers never set) may lose
   the changes after a truncation point (a cut there is indistinguishable from the file's current end), and a
-  relay log those after a chunk spliced out (its events carry the source's positions, which may skip);
+  relay log those after a chunk spliced out (its events carry the source's positions, which may skip), as may
+  an open file without checksums (a garbled event can read whole and leave a "torn" tail);
 - anything else (an untyped exception, a hang, a memory blow-up, a clean end with changes lost) is a failure.
 
 Used by tests/unit/test_decoder_damage.py (a few thousand cases) and scripts/fuzz_decoder.py (larger runs).
@@ -168,7 +169,10 @@ def mutate(src: Intact, seed: int, fix_crc: bool, kind: str | None = None) -> Mu
         b = min(len(data), a + rng.randint(1, 300))
         out = bytes(data[:a] + data[b:])
         # The event the cut starts in now runs past the end of the file: a torn last event (a truncation).
-        torn = next((p for p, n in events if p <= a < p + n and (p + n > len(out) or src.relay)), None)
+        # (Without checksums, an open file whose event at the cut reads whole, garbled, and leaves less than a
+        # header behind looks just like one whose last event is torn.)
+        loose = src.relay or (src.open_ended and not src.crc)
+        torn = next((p for p, n in events if p <= a < p + n and (p + n > len(out) or loose)), None)
         return Mutant(src.name, seed, kind, f"bytes {a}:{b} removed", out, torn)
     if kind == "duplicate":
         if len(events) < 2:
@@ -213,7 +217,10 @@ def _init_worker(corpus: dict[str, Intact], mem_bytes: int) -> None:
 def decode_outcome(data: bytes, name: str) -> tuple[str, int, str]:
     """(ok | typed | untyped, changes delivered, error text) of one decode through the in-process API."""
     try:
-        n = _changes(data, name)[0]
+        n, _, decoder = _changes(data, name)
+        if decoder.table_errors:  # a table held back (its TABLE_MAP unreadable): decode and stats exit non-zero
+            exc = decoder.table_errors[0]
+            return "typed", n, f"{type(exc).__name__}: {exc}"
     except BinlogError as exc:
         return "typed", 0, f"{type(exc).__name__}: {exc}"
     except MemoryError:
@@ -327,3 +334,82 @@ def bounded_outcome(data: bytes, name: str = "damaged.bin", timeout: float = 60.
             return pool.submit(_one, data, name, timeout).result(timeout=timeout + 60)
         except Exception as exc:  # the worker died
             return "memory", 0, repr(exc)
+
+
+def writer_corpus(seed: int = 0) -> list[Intact]:
+    """Files the project's binlog writer makes (MySQL 8.0 layout): row changes of varied column types, closed by
+    ROTATE or STOP or still in use, CRC32 or not, FULL or MINIMAL metadata, GTIDs or anonymous."""
+    from binlake.binlog.writer import BinlogWriter, column
+
+    rng = random.Random(seed)
+    types = ["int", "bigint unsigned", "tinyint", "smallint", "mediumint", "decimal(12,3)", "double", "float",
+             "varchar(40)", "char(8)", "text", "blob", "datetime(3)", "timestamp(6)", "date", "time(2)", "year",
+             "json", "enum('a','bb','ccc')", "set('x','y','z')", "bit(5)", "varbinary(16)"]
+
+    def value(sql: str, i: int):
+        if rng.random() < 0.15:
+            return None
+        if sql.startswith(("int", "tinyint", "smallint", "mediumint")):
+            return rng.randint(-100, 100)
+        if sql.startswith("bigint"):
+            return rng.randint(0, 2**63)
+        if sql.startswith("decimal"):
+            from decimal import Decimal
+
+            return Decimal(f"{rng.randint(-99999, 99999)}.{rng.randint(0, 999):03d}")
+        if sql in ("double", "float"):
+            return rng.choice([0.5, -1.25, 3.0])
+        if sql.startswith(("varchar", "char", "text")):
+            return "".join(rng.choice("abcdé") for _ in range(rng.randint(0, 8)))
+        if sql.startswith(("blob", "varbinary")):
+            return bytes(rng.randrange(256) for _ in range(rng.randint(0, 10)))
+        if sql.startswith("datetime"):
+            return f"2024-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 12:34:56.{rng.randint(0, 999):03d}"
+        if sql.startswith("timestamp"):
+            return f"2024-05-0{rng.randint(1, 9)} 01:02:03.{rng.randint(0, 999999):06d}"
+        if sql == "date":
+            return f"2023-1{rng.randint(0, 2)}-0{rng.randint(1, 9)}"
+        if sql.startswith("time"):
+            return f"{rng.randint(0, 23):02d}:15:00.{rng.randint(0, 99):02d}"
+        if sql == "year":
+            return rng.randint(1901, 2155)
+        if sql == "json":
+            return rng.choice(['{"a": 1}', "[1, 2, 3]", '"s"', "null"])
+        if sql.startswith("enum"):
+            return rng.choice(["a", "bb", "ccc"])
+        if sql.startswith("set"):
+            return rng.choice(["", "x", "x,z"])
+        if sql.startswith("bit"):
+            return rng.randint(0, 31)
+        return i
+
+    out = []
+    for n, (ending, checksum, metadata, gtid) in enumerate(
+            [("rotate", True, "FULL", True), ("stop", False, "MINIMAL", False), ("open", True, "FULL", False),
+             ("stop", True, "MINIMAL", True)]):
+        buf = io.BytesIO()
+        w = BinlogWriter(buf, checksum=checksum, row_metadata=metadata, timestamp=1_700_000_000 + n,
+                         start_gtid="3e11fa47-71ca-11e1-9e33-c80aa9429562:1" if gtid else None)
+        tables = []
+        for t in range(3):
+            sqls = ["int", *rng.sample(types, 5)]
+            cols = [column(s, f"c{i}", i, nullable=i > 0) for i, s in enumerate(sqls)]
+            tables.append((w.define_table(10 + t, "shop", f"t{t}", cols, [0]), sqls))
+        w.query("CREATE TABLE shop.t0 (c0 int primary key)", database="shop", timestamp=1_700_000_100)
+        for k in range(8):
+            tm, sqls = rng.choice(tables)
+            with w.transaction(timestamp=1_700_000_200 + k) as tx:
+                rows = [[k * 100 + i] + [value(s, i) for s in sqls[1:]] for i in range(rng.randint(1, 6))]
+                tx.insert(tm, rows)
+                if rng.random() < 0.5:
+                    tx.update(tm, [(r, [r[0]] + [value(s, 0) for s in sqls[1:]]) for r in rows[:2]])
+                if rng.random() < 0.4:
+                    tx.delete(tm, rows[-1:])
+        if ending == "rotate":
+            w.rotate("mysql-bin.000002", timestamp=1_700_000_900)
+        elif ending == "stop":
+            w.stop(timestamp=1_700_000_900)
+        else:
+            w.flush()
+        out.append(load_intact(f"writer-{n}-{ending}.000001", buf.getvalue()))
+    return out

@@ -10,9 +10,17 @@ import zlib
 import pytest
 
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
-from binlake.binlog.errors import CorruptEvent
-from binlake.binlog.stream import EventStream
-from binlake.testing.binlog_damage import bounded_outcome
+from binlake.binlog.errors import ChecksumMismatch, CorruptEvent, TruncatedFile
+from binlake.binlog.records import RowChange
+from binlake.binlog.stream import END_IN_USE, END_UNCLOSED, EventStream
+from binlake.testing.binlog_damage import (
+    bounded_outcome,
+    decode_outcome,
+    fixture_corpus,
+    mutate,
+    run_mutants,
+    writer_corpus,
+)
 from tests.conftest import SHARED_BINLOGS
 
 GTID_FILE = SHARED_BINLOGS / "Meituan-Dianping__MyFlash/haha.000041"  # 7 single-row inserts, CRC32, ROTATE
@@ -48,3 +56,165 @@ def test_rows_event_listing_no_column_is_corrupt_not_a_hang(which: str) -> None:
     with pytest.raises(CorruptEvent) as err:
         decode(bytes(data))
     assert err.value.pos == rows[0].pos and "no column" in str(err.value)
+
+
+# -- FORMAT_DESCRIPTION damage -------------------------------------------------------------------------------------
+
+CLOSED_57 = SHARED_BINLOGS / "Fanduzi__BinlogVisualizer/minimal.binlog"  # 5.7.44, CRC32, ends with ROTATE
+IN_USE_57 = SHARED_BINLOGS / "zalora__binlog-parser/gtid-fixtures/mysql-bin.01"  # 5.7.32, CRC32, in-use flag set
+
+
+def fde_crc(data: bytearray) -> None:
+    size = int.from_bytes(data[4 + 9 : 4 + 13], "little")
+    event = bytearray(data[4 : 4 + size - 4])
+    event[17] &= 0xFE
+    data[4 + size - 4 : 4 + size] = zlib.crc32(event).to_bytes(4, "little")
+
+
+@NO_FIXTURES
+@pytest.mark.parametrize("recompute", [False, True])
+@pytest.mark.parametrize("version", [b"4.7.44", b"5.5.44", b"5.1.44", b"x.7.44"])
+def test_damaged_server_version_is_corrupt_not_checksums_off(version: bytes, recompute: bool) -> None:
+    data = bytearray(CLOSED_57.read_bytes())
+    at = 4 + 19 + 2
+    assert data[at : at + 6] == b"5.7.44"
+    data[at : at + 6] = version
+    if recompute:
+        fde_crc(data)
+    with pytest.raises(CorruptEvent) as err:
+        decode(bytes(data))
+    assert err.value.pos == 4 and "FORMAT_DESCRIPTION" in str(err.value)
+
+
+@NO_FIXTURES
+def test_checksum_algorithm_flipped_off_is_corrupt() -> None:
+    data = bytearray(CLOSED_57.read_bytes())
+    size = int.from_bytes(data[4 + 9 : 4 + 13], "little")
+    assert data[4 + size - 5] == 1
+    data[4 + size - 5] = 0
+    with pytest.raises(ChecksumMismatch):  # the FDE's own CRC covers the algorithm byte
+        decode(bytes(data))
+    fde_crc(data)
+    with pytest.raises(CorruptEvent) as err:  # recomputed: the next event's CRC32 contradicts "off"
+        decode(bytes(data))
+    assert err.value.pos == 4 + size and "checksums are off" in str(err.value)
+
+
+@NO_FIXTURES
+def test_damaged_post_header_length_is_corrupt() -> None:
+    data = bytearray(CLOSED_57.read_bytes())
+    query_len = 4 + 19 + 57 + 1  # post-header lengths start after the 57 fixed bytes; QUERY is type 2
+    assert data[query_len] == 13
+    data[query_len] = 12
+    fde_crc(data)
+    with pytest.raises(CorruptEvent) as err:
+        decode(bytes(data))
+    assert err.value.pos == 4 and "QUERY" in str(err.value)
+
+
+# -- gaps and early ends ---------------------------------------------------------------------------------------------
+
+
+def row_count(data: bytes, **opts) -> int:
+    return sum(1 for r in decode(data, **opts) if isinstance(r, RowChange))
+
+
+@NO_FIXTURES
+@pytest.mark.parametrize("path", [GTID_FILE, CLOSED_57], ids=lambda p: p.name)
+def test_closed_file_cut_at_any_event_boundary_is_truncated(path) -> None:
+    data = path.read_bytes()
+    evs = events(data)
+    assert evs[-1].type in (4, 3) and evs[-1].pos + evs[-1].size == len(data)  # ROTATE or STOP
+    total = row_count(data)
+    assert total > 0
+    for ev in evs[1:]:
+        with pytest.raises(TruncatedFile) as err:
+            decode(data[: ev.pos])
+        assert err.value.pos == ev.pos and not err.value.in_use
+        # Every complete event was delivered before the error, and the lenient read says how it ended.
+        decoder = BinlogDecoder(DecodeOptions(allow_truncated=True))
+        assert sum(1 for r in decoder.decode_stream(io.BytesIO(data[: ev.pos]), "x") if isinstance(r, RowChange)) <= total
+        assert decoder.results[-1].end.status == END_UNCLOSED
+
+
+@NO_FIXTURES
+def test_in_use_file_may_end_at_any_boundary_or_inside_its_last_event() -> None:
+    data = IN_USE_57.read_bytes()
+    evs = events(data)
+    for ev in evs[1:]:
+        for cut in (ev.pos, ev.pos + 7, ev.pos + ev.size - 1):
+            decoder = BinlogDecoder()
+            list(decoder.decode_stream(io.BytesIO(data[:cut]), "x"))
+            assert decoder.results[-1].end.status in ("complete", END_IN_USE)
+
+
+@NO_FIXTURES
+@pytest.mark.parametrize("path", [GTID_FILE, IN_USE_57], ids=lambda p: p.name)
+def test_any_chunk_of_whole_events_spliced_out_is_corrupt(path) -> None:
+    data = path.read_bytes()
+    evs = events(data)
+    for i in range(1, len(evs) - 1):
+        for j in range(i + 1, min(i + 3, len(evs) - 1) + 1):
+            a, b = evs[i].pos, evs[j].pos
+            with pytest.raises(CorruptEvent) as err:
+                decode(data[:a] + data[b:])
+            assert err.value.pos == a and "missing" in str(err.value)
+
+
+@NO_FIXTURES
+def test_in_use_file_with_a_damaged_length_mid_file_is_corrupt_not_a_quiet_end() -> None:
+    data = bytearray(IN_USE_57.read_bytes())
+    ev = events(bytes(data))[5]
+    data[ev.pos + 9 : ev.pos + 13] = (len(data) * 2).to_bytes(4, "little")  # runs past the end: looks torn
+    with pytest.raises(CorruptEvent) as err:
+        decode(bytes(data))
+    assert err.value.pos == ev.pos
+
+
+# -- the fuzz run ----------------------------------------------------------------------------------------------------
+
+FUZZ_CASES_PER_SOURCE = 40  # x (73 fixture files + 4 writer files): about 3,000 mutants, half with CRCs recomputed
+
+
+@NO_FIXTURES
+def test_fuzz_every_outcome_is_all_changes_or_a_typed_error() -> None:
+    corpus = fixture_corpus(SHARED_BINLOGS) + writer_corpus(seed=14)
+    assert len(corpus) > 60 and sum(s.changes for s in corpus) > 1000
+    report = run_mutants(corpus, FUZZ_CASES_PER_SOURCE, seed=2026, timeout=60, mem_bytes=1 << 30)
+    counts = report.counts()
+    print("fuzz outcomes:", counts, report.errors_by_type())
+    assert len(report.outcomes) == len(corpus) * FUZZ_CASES_PER_SOURCE
+    # Damage was found by every layer: framing/parsers, checksums, truncation, unknown types.
+    assert {"CorruptEvent", "ChecksumMismatch", "TruncatedFile"} <= set(report.errors_by_type())
+    assert counts.get("ok", 0) > 0
+    failures = [(o.source, o.seed, o.fix_crc, o.kind, o.detail, o.result, o.changes, o.expected, o.error)
+                for o in report.failures]
+    assert failures == []
+
+
+@NO_FIXTURES
+def test_cli_decode_and_stats_end_as_the_api_does(tmp_path, capsys) -> None:
+    from binlake.cli import main
+
+    corpus = [s for s in fixture_corpus(SHARED_BINLOGS) if s.changes] + writer_corpus(seed=3)
+    seen = set()
+    for k, src in enumerate(corpus[::4]):
+        for seed in range(3):
+            m = mutate(src, seed + 100 * k, fix_crc=seed % 2 == 1)
+            result, _, _ = decode_outcome(m.data, "m.bin")
+            path = tmp_path / f"m{k}-{seed}.bin"
+            path.write_bytes(m.data)
+            rows = sum(1 for r in BinlogDecoder().decode_files([path]) if isinstance(r, RowChange)) if (
+                result == "ok") else None
+            for command in ("decode", "stats"):
+                code = main([command, "--no-progress", str(path)])
+                out, err = capsys.readouterr()
+                assert "Traceback" not in err
+                if result == "ok":
+                    assert code == 0, (m.detail, err)
+                    if command == "decode":
+                        assert len(out.splitlines()) == rows
+                else:
+                    assert code != 0 and str(path.name) in err and len(err.strip().splitlines()) == 1, (m.detail, err)
+                seen.add(result)
+    assert seen == {"ok", "typed"}
