@@ -689,8 +689,9 @@ def exit_code_for(exc: BaseException) -> ExitCode:
         return ExitCode.USAGE
     if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
         return ExitCode.UNAVAILABLE  # permission denied, read-only or full disk, network errors
-    if isinstance(exc, (ValueError, re.error)):
-        return ExitCode.USAGE
+    if isinstance(exc, re.error) or (isinstance(exc, ValueError) and (
+            type(exc).__module__ in ("builtins", "argparse") or type(exc).__module__.startswith("binlake"))):
+        return ExitCode.USAGE  # binlake raises ValueError for bad values; a library's (pyarrow's, ...) is a bug
     mod = type(exc).__module__ or ""
     if mod.startswith(("binlake.sources", "oss2", "urllib3", "requests", "http.client", "pymysql", "MySQLdb",
                        "alibabacloud", "Tea")):
