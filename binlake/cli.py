@@ -113,15 +113,16 @@ def _report_schema(opts, decoder) -> None:
     resolver = opts.table_resolver
     if resolver is not None:
         for d in resolver.disagreements:
-            print(f"binlake: warning: {d} (the binlog's names are used)", file=sys.stderr)
+            print(f"binlake: warning: {_printable(str(d))} (the binlog's names are used)", file=sys.stderr)
         for table, (file, pos) in sorted(resolver.missing.items()):
-            print(f"binlake: warning: no schema knows {table} (first seen at {file}:{pos}); its columns keep "
-                  "the binlog's names or @N", file=sys.stderr)
+            print(f"binlake: warning: no schema knows {_printable(table)} (first seen at {_printable(file)}:{pos}); "
+                  "its columns keep the binlog's names or @N", file=sys.stderr)
         for ev, why in resolver.timeline.unparsed:
             print(f"binlake: warning: DDL at {ev.file}:{ev.pos} not understood ({why}): {ev.sql[:120]!r}",
                   file=sys.stderr)
     for sk in decoder.skipped:
-        print(f"binlake: skipped {sk.table} at {sk.file}:{sk.pos}: {sk.reason}", file=sys.stderr)
+        print(f"binlake: skipped {_printable(sk.table)} at {_printable(sk.file)}:{sk.pos}: {_printable(sk.reason)}",
+              file=sys.stderr)
 
 
 def _file_progress(args: argparse.Namespace, files: list[str], label: str, to_stdout: bool = False):
@@ -162,7 +163,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
     _report_schema(opts, decoder)
     for r in decoder.results:
         if r.end is not None and r.end.status != "complete":
-            print(f"binlake: {r.name}: read ended at position {r.end.pos} ({r.end.status})", file=sys.stderr)
+            print(f"binlake: {_printable(r.name)}: read ended at position {r.end.pos} ({r.end.status})",
+                  file=sys.stderr)
     if args.output:
         print(f"binlake: wrote {n} records to {args.output}", file=sys.stderr)
     if decoder.table_errors:
