@@ -53,6 +53,10 @@ OPS = {RowsKind.WRITE: OP_INSERT, RowsKind.UPDATE: OP_UPDATE, RowsKind.DELETE: O
 HEADER = struct.Struct("<IBIIIH")
 
 SKIPPED = "skipped"
+_GTID_TYPES = frozenset({EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTID_TAGGED, EventType.MARIA_GTID})
+# Written only by MySQL 4.x (binlog format v3): a version-4 binlog never holds them.
+_PRE_V4_TYPES = frozenset({EventType.LOAD, EventType.SLAVE, EventType.CREATE_FILE, EventType.EXEC_LOAD,
+                           EventType.NEW_LOAD})
 _OLD_TEMPORAL = frozenset({ColumnType.TIME, ColumnType.DATETIME, ColumnType.TIMESTAMP})
 
 
@@ -308,6 +312,10 @@ class _FileState:
         self.tables: dict[int, tuple[TableMap, RowImageDecoder | None]] = {}
         self.txn = _Txn()
         self.in_payload = False
+        # Event-order checks (see _check_order); off after a jump to --start-position (it may land mid-transaction).
+        self.check_order = stream.start_position is None
+        self._map_pending: int | None = None  # a TABLE_MAP group waiting for its rows event
+        self._gtid_pending: int | None = None  # a GTID waiting for its transaction's first event
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _record(self, kind: str, ev: RawEvent, sub: int, /, **info) -> EventRecord:
@@ -347,6 +355,8 @@ class _FileState:
         if t.pos is not None and not self.in_payload:
             t.bytes += ev.size
         rows_info = ROWS_EVENTS.get(etype)
+        if self.check_order and self.stream.local_positions:
+            self._check_order(ev, etype, rows_info is not None)
         if rows_info is not None:
             yield from self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
             return
@@ -406,6 +416,32 @@ class _FileState:
             yield from self._end_txn("commit", ev, sub, xa_prepare=True, one_phase=x.one_phase)
             return
         yield from self._other(ev, buf, body, end, etype, sub)
+
+    def _check_order(self, ev: RawEvent, etype: int, is_rows: bool) -> None:
+        """Orders and flags every server writes, so that a damaged event type (with a matching CRC, or none) cannot
+        turn an event into another that is silently skipped. Relay logs (which may hold a partial transaction) are
+        exempt."""
+        name, pos = self.name, ev.pos
+        if self._map_pending is not None and etype != EventType.TABLE_MAP:
+            if not is_rows:
+                raise CorruptEvent(f"the TABLE_MAP at {self._map_pending} is followed by {event_name(etype)}, not by "
+                                   "a rows event", name, pos)
+            self._map_pending = None
+        if etype == EventType.TABLE_MAP and self._map_pending is None:
+            self._map_pending = pos
+        if etype in _GTID_TYPES:
+            if self._gtid_pending is not None:
+                raise CorruptEvent(f"the GTID at {self._gtid_pending} starts a transaction with no events", name, pos)
+            self._gtid_pending = pos
+        elif self._gtid_pending is not None:
+            self._gtid_pending = None
+        if etype == EventType.XID and self.txn.pos is None:
+            raise CorruptEvent("XID event ends no transaction (nothing since the last commit)", name, pos)
+        if etype in (EventType.IGNORABLE, EventType.ROWS_QUERY) and not is_ignorable(ev.flags):
+            raise CorruptEvent(f"{event_name(etype)} event without the ignorable flag its servers always set", name,
+                               pos)
+        if etype in _PRE_V4_TYPES:
+            raise CorruptEvent(f"{event_name(etype)} event (MySQL 4.x LOAD DATA) in a version-4 binlog", name, pos)
 
     def _other(self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int) -> Iterator[EventRecord]:
         want = self.opts.all_events

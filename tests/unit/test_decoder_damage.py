@@ -218,3 +218,23 @@ def test_cli_decode_and_stats_end_as_the_api_does(tmp_path, capsys) -> None:
                     assert code != 0 and str(path.name) in err and len(err.strip().splitlines()) == 1, (m.detail, err)
                 seen.add(result)
     assert seen == {"ok", "typed"}
+
+
+@NO_FIXTURES
+@pytest.mark.parametrize("which, new_type", [
+    ("rows", 28),  # IGNORABLE: would be skipped with its rows
+    ("rows", 19),  # TABLE_MAP: a map that no rows event follows
+    ("begin", 33),  # GTID: a transaction without events
+    ("begin", 6),  # LOAD: MySQL 4.x only
+], ids=str)
+def test_event_type_damaged_with_a_matching_crc_is_corrupt(which: str, new_type: int) -> None:
+    data = bytearray(GTID_FILE.read_bytes())
+    evs = events(bytes(data))
+    if which == "rows":
+        ev = next(e for e in evs if e.type == 30)
+    else:
+        ev = next(e for e in evs if e.type == 2 and b"BEGIN" in bytes(e.buf[e.start : e.start + e.size]))
+    data[ev.pos + 4] = new_type
+    fix_crc(data, ev.pos, ev.size)
+    with pytest.raises(CorruptEvent):
+        decode(bytes(data))
