@@ -30,7 +30,7 @@ HOSTILE_FILE = "x\nDROP DATABASE bl_canary; -- "  # + the binlog's sequence suff
 
 # Hostile identifiers: backtick, quote, double quote, space, non-ASCII.
 KEYED = "t`key 'k' ü"
-NOKEY = "no \"key\" `t`"
+NOKEY = "no \"key\" `t` \\"
 LATIN = "lat'in`1 é"
 CIKEY = "ci key`"
 
@@ -49,7 +49,7 @@ COLS = {
             ("ti", "TINYINT", "i8"), ("dec", "DECIMAL(10,3)", "dec")],
     LATIN: [("l", "VARCHAR(12) CHARACTER SET latin1 COLLATE latin1_swedish_ci", "latin"), ("b", "BLOB", "bytes"),
             ("t", "TEXT COLLATE utf8mb4_unicode_ci", "text"), ("bn", "BINARY(4)", "bytes4"),
-            ("w", "VARCHAR(8) CHARACTER SET utf16 COLLATE utf16_general_ci", "text")],
+            ("w\\\n# x; --x", "VARCHAR(8) CHARACTER SET utf16 COLLATE utf16_general_ci", "text")],
     CIKEY: [("k", "VARCHAR(12) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY", "text"), ("v", "INT", "small")],
 }
 
