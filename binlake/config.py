@@ -2,7 +2,8 @@
 binlogs come from, where the landing area and the lake are, how Spark runs, the quality gates and the alerts.
 
 Secrets never live here: the file names Airflow Connections (MySQL, Alibaba Cloud AK/SK, OSS) by id. Every key is
-documented in docs/configuration.md. Loading validates everything and names the offending key in the error.
+documented in docs/configuration.md. Loading validates everything (pydantic models) and names the file and the
+offending key in the error.
 """
 
 from __future__ import annotations
@@ -11,32 +12,82 @@ import fnmatch
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from .quality.config import AlertConfig, ConfigModel, NonEmpty, QualityConfig
+
+__all__ = ["AlertConfig", "ConfigError", "DeploymentConfig", "InstanceConfig", "QualityConfig", "SparkConfig",
+           "config_path", "load_config", "parse_config"]
 
 CONFIG_ENV = "BINLAKE_CONFIG"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,62}$")
 SPARK_MODES = ("local", "submit", "in-process")
 ENGINES = ("delta-rs", "delta-spark")
 SOURCE_KINDS = ("rds:", "oss://", "local:")
+# Keys of the shared gate/alert models that the deployment file does not take: under Airflow the gates' own alerts
+# stay log-only (the task notifiers deliver them through [alerts]) and email goes through `smtp_conn_id`.
+_NOT_IN_FILE = {"quality": ("alerts", "max_lag_seconds"), "alerts": ("smtp_host", "smtp_port")}
 
 
 class ConfigError(ValueError):
     """The deployment config is missing, unreadable or invalid; the message names the file and the key."""
 
 
-@dataclass
-class InstanceConfig:
+class KeyProblem(ValueError):
+    """A validator's complaint about a key below the one it validates (`sub`: the rest of the path)."""
+
+    def __init__(self, sub: tuple, message: str) -> None:
+        super().__init__(message)
+        self.sub = sub
+
+
+def _base(info: ValidationInfo) -> str:
+    return (info.context or {}).get("base") or os.getcwd()
+
+
+def _resolve(base: str, path: str | None) -> str | None:
+    """Relative local paths are relative to the config file; URIs (s3://, oss://) are kept as they are."""
+    if path is None or "://" in path or os.path.isabs(path):
+        return path
+    return str((Path(base) / path).resolve())
+
+
+def _one_of(value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+class InstanceConfig(ConfigModel):
     name: str
     source: str  # rds:INSTANCE_ID | oss://bucket/prefix | local:DIR
-    tables: list[str] = field(default_factory=list)  # db.table globs to track (empty: every table)
-    exclude: list[str] = field(default_factory=list)
+    tables: list[NonEmpty] = Field(default_factory=list)  # db.table globs to track (empty: every table)
+    exclude: list[NonEmpty] = Field(default_factory=list)
     mysql_conn_id: str | None = None  # Airflow Connection for the DDL snapshots
     aliyun_conn_id: str | None = None  # Airflow Connection holding the Alibaba Cloud AK/SK (rds: sources)
     oss_conn_id: str | None = None  # Airflow Connection holding the OSS AK/SK (oss:// sources)
-    source_options: dict[str, Any] = field(default_factory=dict)  # passed to binlake.sources.open_source
+    source_options: dict[str, Any] = Field(default_factory=dict)  # passed to binlake.sources.open_source
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError(f"must be letters, digits, '_' or '-' (it names task groups and directories), "
+                             f"not {name!r}")
+        return name
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, source: str, info: ValidationInfo) -> str:
+        if not source.startswith(SOURCE_KINDS):
+            raise ValueError(f"must start with one of {', '.join(SOURCE_KINDS)}, not {source!r}")
+        if source.startswith("local:"):
+            source = "local:" + _resolve(_base(info), source[len("local:"):])
+        return source
 
     @property
     def table_regex(self) -> re.Pattern | None:
@@ -52,54 +103,133 @@ class InstanceConfig:
         return regex is None or regex.search(qualified) is not None
 
 
-@dataclass
-class SparkConfig:
+class SparkConfig(ConfigModel):
     mode: str = "local"  # local: Spark job in a subprocess on local[*]; submit: spark-submit; in-process: no Spark
     master: str = "local[*]"
     spark_submit: str = "spark-submit"
     deploy_mode: str = "client"
-    conf: dict[str, str] = field(default_factory=dict)
-    submit_args: list[str] = field(default_factory=list)
+    conf: dict[str, Any] = Field(default_factory=dict)
+    submit_args: list[NonEmpty] = Field(default_factory=list)
     python: str | None = None  # interpreter of the job (default: the worker's)
-    timeout_minutes: int = 120
+    timeout_minutes: int = Field(120, gt=0)
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, mode: str) -> str:
+        return _one_of(mode, SPARK_MODES)
+
+    @field_validator("deploy_mode")
+    @classmethod
+    def _deploy_mode(cls, mode: str) -> str:
+        if mode not in ("client", "cluster"):
+            raise ValueError(f"must be client or cluster, not {mode!r}")
+        return mode
+
+    @field_validator("conf")
+    @classmethod
+    def _conf(cls, conf: dict[str, Any]) -> dict[str, str]:
+        for k, v in conf.items():
+            if not isinstance(v, (str, int, float, bool)):
+                raise KeyProblem((k,), "must be a string, number or boolean")
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}
 
 
-@dataclass
-class QualityConfig:
-    enabled: bool = True
-    freshness_lag_minutes: int | None = None  # gate: newest change of a batch older than this fails (None: off)
-    expectations: str | None = None  # user expectation suites (file or directory)
-
-
-@dataclass
-class AlertConfig:
-    webhook_url: str | None = None
-    webhook_conn_id: str | None = None  # an Airflow Connection whose host/extra hold the URL (keeps tokens secret)
-    email_to: list[str] = field(default_factory=list)
-    email_from: str | None = None
-    smtp_conn_id: str = "smtp_default"
-    sla_lag_minutes: int | None = 180  # alert when an instance's lake lags its interval end by more (0/None: off)
-    timeout_seconds: int = 10
-
-
-@dataclass
-class DeploymentConfig:
-    path: str
-    lake: str
-    landing: str
+class DeploymentConfig(ConfigModel):
+    path: str = "<config>"  # the file it was read from (not a key of the file)
+    lake: NonEmpty
+    landing: NonEmpty
     instances: list[InstanceConfig]
-    schemas: str = ""
+    schemas: str = ""  # default: LANDING/_schemas
     engine: str = "delta-rs"
     pipeline: str = "default"
     start_date: datetime = datetime(2026, 1, 1, tzinfo=UTC)
-    split_mb: int = 64
-    lookback_hours: int = 6  # hourly runs also fetch files of the hours before (late backup uploads)
+    split_mb: int = Field(64, gt=0)
+    lookback_hours: int = Field(6, ge=0)  # hourly runs also fetch files of the hours before (late backup uploads)
     pool: str | None = None  # Airflow pool (one slot) serializing lake writes across DAGs
-    retries: int = 2
-    retry_delay_minutes: int = 5
-    spark: SparkConfig = field(default_factory=SparkConfig)
-    quality: QualityConfig = field(default_factory=QualityConfig)
-    alerts: AlertConfig = field(default_factory=AlertConfig)
+    retries: int = Field(2, ge=0)
+    retry_delay_minutes: int = Field(5, gt=0)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    quality: QualityConfig = Field(default_factory=QualityConfig)
+    alerts: AlertConfig = Field(default_factory=AlertConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _file_keys(cls, data: Any) -> Any:
+        """The file's [quality] takes `freshness_lag_minutes` (the gates' `max_lag_seconds`); keys of the shared
+        models that the file does not take are unknown keys."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for section, keys in _NOT_IN_FILE.items():
+            given = data.get(section)
+            if isinstance(given, dict) and any(k in given for k in keys):
+                bad = next(k for k in keys if k in given)
+                raise KeyProblem((section, bad), "is not a known key (see docs/configuration.md)")
+        quality = data.get("quality")
+        if isinstance(quality, dict) and "freshness_lag_minutes" in quality:
+            quality = dict(quality)
+            minutes = quality.pop("freshness_lag_minutes")
+            if minutes is not None:
+                if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes <= 0:
+                    raise KeyProblem(("quality", "freshness_lag_minutes"),
+                                     f"must be a positive integer, not {minutes!r}")
+                quality["max_lag_seconds"] = float(minutes * 60)
+            data["quality"] = quality
+        return data
+
+    @field_validator("lake", "landing", "schemas")
+    @classmethod
+    def _paths(cls, path: str, info: ValidationInfo) -> str:
+        if info.field_name == "landing" and "://" in path:
+            raise ValueError("must be a local directory (the Spark job and the decoder read files from it)")
+        return _resolve(_base(info), path) if path else path
+
+    @field_validator("quality")
+    @classmethod
+    def _expectations(cls, quality: QualityConfig, info: ValidationInfo) -> QualityConfig:
+        return quality.model_copy(update={"expectations": _resolve(_base(info), quality.expectations)})
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, engine: str) -> str:
+        return _one_of(engine, ENGINES)
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline(cls, pipeline: str) -> str:
+        if not _NAME.match(pipeline):
+            raise ValueError(f"must be letters, digits, '_' or '-', not {pipeline!r}")
+        return pipeline
+
+    @field_validator("start_date", mode="before")
+    @classmethod
+    def _start_date(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"must be an ISO 8601 time such as 2026-01-01T00:00:00Z, not {value!r}") from None
+        if isinstance(value, datetime) and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+    @field_validator("instances")
+    @classmethod
+    def _instances(cls, instances: list[InstanceConfig]) -> list[InstanceConfig]:
+        if not instances:
+            raise ValueError("must list at least one instance")
+        seen: set[str] = set()
+        for i, inst in enumerate(instances):
+            if inst.name in seen:
+                raise KeyProblem((i, "name"), f"{inst.name!r} is used twice")
+            seen.add(inst.name)
+        return instances
+
+    @model_validator(mode="after")
+    def _default_schemas(self) -> DeploymentConfig:
+        if not self.schemas:
+            self.schemas = os.path.join(self.landing, "_schemas")
+        return self
 
     def instance(self, name: str) -> InstanceConfig:
         for inst in self.instances:
@@ -141,171 +271,55 @@ def load_config(path: str | os.PathLike | None = None) -> DeploymentConfig:
     return parse_config(raw, chosen)
 
 
-class _Reader:
-    """Takes keys out of one mapping, checking types; whatever is left at the end is an unknown key."""
-
-    def __init__(self, data: Any, where: str, prefix: str) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(f"{where}: `{prefix or 'top level'}` must be a table/mapping")
-        self.data, self.where, self.prefix = dict(data), where, prefix
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def fail(self, name: str, why: str) -> ConfigError:
-        return ConfigError(f"{self.where}: `{self.key(name)}` {why}")
-
-    def get(self, name: str, kind: type | tuple, default: Any = None, required: bool = False) -> Any:
-        if name not in self.data or self.data[name] is None:
-            self.data.pop(name, None)
-            if required:
-                raise self.fail(name, "is required")
-            return default
-        value = self.data.pop(name)
-        if kind is int and isinstance(value, bool):
-            raise self.fail(name, f"must be an integer, not {value!r}")
-        if not isinstance(value, kind):
-            names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise self.fail(name, f"must be {names}, not {type(value).__name__} {value!r}")
-        return value
-
-    def text(self, name: str, default: str | None = None, required: bool = False) -> str | None:
-        value = self.get(name, str, default, required)
-        if required and not value.strip():
-            raise self.fail(name, "must not be empty")
-        return value
-
-    def strings(self, name: str) -> list[str]:
-        value = self.get(name, list, [])
-        if not all(isinstance(v, str) and v for v in value):
-            raise self.fail(name, "must be a list of non-empty strings")
-        return value
-
-    def positive(self, name: str, default: int | None) -> int | None:
-        value = self.get(name, int, default)
-        if value is not None and value <= 0:
-            raise self.fail(name, f"must be a positive integer, not {value}")
-        return value
-
-    def section(self, name: str) -> _Reader:
-        return _Reader(self.get(name, dict, {}), self.where, self.key(name))
-
-    def done(self) -> None:
-        if self.data:
-            raise self.fail(sorted(self.data)[0], "is not a known key (see docs/configuration.md)")
+def _key(loc: tuple) -> str:
+    """("instances", 1, "tables") -> instances[1].tables"""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
-def _parse_time(r: _Reader, name: str, default: datetime) -> datetime:
-    value = r.get(name, (str, datetime), None)
-    if value is None:
-        return default
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise r.fail(name, f"must be an ISO 8601 time such as 2026-01-01T00:00:00Z, not {value!r}") from exc
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+_TYPE_NAMES = {"string_type": "str", "int_type": "an integer", "bool_type": "bool", "list_type": "list",
+               "float_type": "a number", "dict_type": "a table/mapping", "model_type": "a table/mapping", "datetime_type": "an ISO 8601 time"}
 
 
-def _parse_instance(data: Any, where: str, index: int, base: str) -> InstanceConfig:
-    r = _Reader(data, where, f"instances[{index}]")
-    name = r.text("name", required=True)
-    if not _NAME.match(name):
-        raise r.fail("name", f"must be letters, digits, '_' or '-' (it names task groups and directories), "
-                     f"not {name!r}")
-    source = r.text("source", required=True)
-    if not source.startswith(SOURCE_KINDS):
-        raise r.fail("source", f"must start with one of {', '.join(SOURCE_KINDS)}, not {source!r}")
-    if source.startswith("local:"):
-        local = source[len("local:"):]
-        source = "local:" + str((Path(base) / local).resolve() if not os.path.isabs(local) else local)
-    inst = InstanceConfig(
-        name=name, source=source, tables=r.strings("tables"), exclude=r.strings("exclude"),
-        mysql_conn_id=r.text("mysql_conn_id"), aliyun_conn_id=r.text("aliyun_conn_id"),
-        oss_conn_id=r.text("oss_conn_id"), source_options=r.get("source_options", dict, {}))
-    r.done()
-    return inst
-
-
-def _resolve(base: str, path: str | None) -> str | None:
-    """Relative local paths are relative to the config file; URIs (s3://, oss://) are kept as they are."""
-    if path is None or "://" in path or os.path.isabs(path):
-        return path
-    return str((Path(base) / path).resolve())
+def _problem(error: dict) -> tuple[str, str]:
+    """One pydantic error as (key, what is wrong with it)."""
+    loc, kind, ctx = tuple(error["loc"]), error["type"], error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "value_error" and isinstance(ctx.get("error"), KeyProblem):
+        return _key(loc + ctx["error"].sub), str(ctx["error"])
+    if kind == "value_error":
+        return _key(loc), str(ctx.get("error", error["msg"]))
+    if kind == "missing":
+        return _key(loc), "is required"
+    if kind == "extra_forbidden":
+        return _key(loc), "is not a known key (see docs/configuration.md)"
+    if loc and isinstance(loc[-1], int) and kind in ("string_type", "string_too_short"):
+        return _key(loc[:-1]), "must be a list of non-empty strings"
+    if kind == "string_too_short":
+        return _key(loc), "must not be empty"
+    if kind == "greater_than":
+        return _key(loc), f"must be a positive number, not {value!r}"
+    if kind == "greater_than_equal":
+        return _key(loc), f"must be 0 or more, not {value!r}"
+    if kind in _TYPE_NAMES:
+        return _key(loc), f"must be {_TYPE_NAMES[kind]}, not {type(value).__name__} {value!r}"
+    return _key(loc), error["msg"]
 
 
 def parse_config(raw: Any, where: str = "<config>") -> DeploymentConfig:
-    """Validate a parsed config mapping; every error names the key."""
+    """Validate a parsed config mapping; the error names the file and the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: `top level` must be a table/mapping")
+    if "path" in raw:
+        raise ConfigError(f"{where}: `path` is not a known key (see docs/configuration.md)")
     base = str(Path(where).resolve().parent) if where != "<config>" else os.getcwd()
-    r = _Reader(raw, where, "")
-    lake = _resolve(base, r.text("lake", required=True))
-    landing = _resolve(base, r.text("landing", required=True))
-    if "://" in landing:
-        raise r.fail("landing", "must be a local directory (the Spark job and the decoder read files from it)")
-    schemas = _resolve(base, r.text("schemas")) or os.path.join(landing, "_schemas")
-    engine = r.text("engine", "delta-rs")
-    if engine not in ENGINES:
-        raise r.fail("engine", f"must be one of {', '.join(ENGINES)}, not {engine!r}")
-    pipeline = r.text("pipeline", "default")
-    if not _NAME.match(pipeline):
-        raise r.fail("pipeline", f"must be letters, digits, '_' or '-', not {pipeline!r}")
-    start_date = _parse_time(r, "start_date", datetime(2026, 1, 1, tzinfo=UTC))
-    split_mb = r.positive("split_mb", 64)
-    lookback = r.get("lookback_hours", int, 6)
-    if lookback < 0:
-        raise r.fail("lookback_hours", f"must be 0 or more, not {lookback}")
-    pool = r.text("pool")
-    retries = r.get("retries", int, 2)
-    if retries < 0:
-        raise r.fail("retries", "must be 0 or more")
-    retry_delay = r.positive("retry_delay_minutes", 5)
-
-    s = r.section("spark")
-    spark = SparkConfig(mode=s.text("mode", "local"), master=s.text("master", "local[*]"),
-                        spark_submit=s.text("spark_submit", "spark-submit"),
-                        deploy_mode=s.text("deploy_mode", "client"), conf=s.get("conf", dict, {}),
-                        submit_args=s.strings("submit_args"), python=s.text("python"),
-                        timeout_minutes=s.positive("timeout_minutes", 120))
-    if spark.mode not in SPARK_MODES:
-        raise s.fail("mode", f"must be one of {', '.join(SPARK_MODES)}, not {spark.mode!r}")
-    if spark.deploy_mode not in ("client", "cluster"):
-        raise s.fail("deploy_mode", f"must be client or cluster, not {spark.deploy_mode!r}")
-    bad = [k for k, v in spark.conf.items() if not isinstance(v, (str, int, float, bool))]
-    if bad:
-        raise s.fail(f"conf.{bad[0]}", "must be a string, number or boolean")
-    spark.conf = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spark.conf.items()}
-    s.done()
-
-    q = r.section("quality")
-    quality = QualityConfig(enabled=q.get("enabled", bool, True),
-                            freshness_lag_minutes=q.positive("freshness_lag_minutes", None),
-                            expectations=_resolve(base, q.text("expectations")))
-    q.done()
-
-    a = r.section("alerts")
-    alerts = AlertConfig(webhook_url=a.text("webhook_url"), webhook_conn_id=a.text("webhook_conn_id"),
-                         email_to=a.strings("email_to"), email_from=a.text("email_from"),
-                         smtp_conn_id=a.text("smtp_conn_id", "smtp_default"),
-                         sla_lag_minutes=a.get("sla_lag_minutes", int, 180) or None,
-                         timeout_seconds=a.positive("timeout_seconds", 10))
-    if alerts.sla_lag_minutes is not None and alerts.sla_lag_minutes < 0:
-        raise a.fail("sla_lag_minutes", f"must be 0 (off) or a positive number of minutes, not {alerts.sla_lag_minutes}")
-    if alerts.webhook_url and not alerts.webhook_url.startswith(("http://", "https://")):
-        raise a.fail("webhook_url", f"must be an http:// or https:// URL, not {alerts.webhook_url!r}")
-    a.done()
-
-    items = r.get("instances", list, None, required=True)
-    if not items:
-        raise r.fail("instances", "must list at least one instance")
-    instances = [_parse_instance(item, where, i, base) for i, item in enumerate(items)]
-    seen: set[str] = set()
-    for i, inst in enumerate(instances):
-        if inst.name in seen:
-            raise ConfigError(f"{where}: `instances[{i}].name` {inst.name!r} is used twice")
-        seen.add(inst.name)
-    r.done()
-    return DeploymentConfig(path=where, lake=lake, landing=landing, instances=instances, schemas=schemas,
-                            engine=engine, pipeline=pipeline, start_date=start_date, split_mb=split_mb,
-                            lookback_hours=lookback, pool=pool,
-                            retries=retries, retry_delay_minutes=retry_delay, spark=spark, quality=quality,
-                            alerts=alerts)
+    try:
+        return DeploymentConfig.model_validate({**raw, "path": where}, context={"base": base})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key, why = _problem(error)
+        raise ConfigError(f"{where}: `{key or 'top level'}` {why}") from None
+    except KeyProblem as exc:  # raised by a before-validator of the whole file
+        raise ConfigError(f"{where}: `{_key(exc.sub)}` {exc}") from None

@@ -36,11 +36,7 @@ def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
 def quality_options(cfg: DeploymentConfig):
     """The gates' settings. Their own alert channel stays log-only: under Airflow the failing task's notifiers
     deliver the alert (webhook, email) with instance, table and interval, once."""
-    from ..quality.config import QualityConfig
-
-    q = cfg.quality
-    return QualityConfig(enabled=q.enabled, expectations=q.expectations,
-                         max_lag_seconds=q.freshness_lag_minutes * 60 if q.freshness_lag_minutes else None)
+    return cfg.quality.model_copy(deep=True)
 
 
 def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | None = None,

@@ -53,7 +53,7 @@ def send_alert(config: AlertConfig | None, alert: Alert) -> dict[str, str]:
     outcome = {"log": "sent"}
     if config.webhook_url:
         try:
-            status = post_json(config.webhook_url, alert.payload(), config.webhook_timeout)
+            status = post_json(config.webhook_url, alert.payload(), config.timeout_seconds)
             outcome["webhook"] = "sent" if 200 <= status < 300 else f"HTTP {status}"
         except Exception as exc:
             outcome["webhook"] = f"failed: {exc}"
@@ -61,9 +61,10 @@ def send_alert(config: AlertConfig | None, alert: Alert) -> dict[str, str]:
     if config.email_to and config.smtp_host:
         try:
             msg = EmailMessage()
-            msg["Subject"], msg["From"], msg["To"] = alert.summary, config.email_from, ", ".join(config.email_to)
+            msg["Subject"], msg["To"] = alert.summary, ", ".join(config.email_to)
+            msg["From"] = config.email_from or "binlake@localhost"
             msg.set_content(json.dumps(alert.payload(), indent=2, default=str))
-            with smtplib.SMTP(config.smtp_host, config.smtp_port, timeout=config.webhook_timeout) as smtp:
+            with smtplib.SMTP(config.smtp_host, config.smtp_port, timeout=config.timeout_seconds) as smtp:
                 smtp.send_message(msg)
             outcome["email"] = "sent"
         except Exception as exc:

@@ -473,7 +473,7 @@ def test_alert_goes_to_log_webhook_and_email_and_a_dead_webhook_is_reported(webh
         assert "pk_unique" in smtp.messages[0]
     finally:
         smtp.close()
-    dead = send_alert(AlertConfig(webhook_url="http://127.0.0.1:9/nothing", webhook_timeout=2), alert)
+    dead = send_alert(AlertConfig(webhook_url="http://127.0.0.1:9/nothing", timeout_seconds=2), alert)
     assert dead["log"] == "sent" and dead["webhook"].startswith("failed:")
 
 

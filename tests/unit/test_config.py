@@ -40,7 +40,7 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     assert cfg.instances[0].table_regex is None and cfg.instances[0].tracks("any.table")
     assert (cfg.engine, cfg.spark.mode, cfg.spark.master, cfg.retries, cfg.pool) == \
         ("delta-rs", "local", "local[*]", 2, None)
-    assert cfg.quality.enabled and cfg.quality.freshness_lag_minutes is None
+    assert cfg.quality.enabled and cfg.quality.max_lag_seconds is None and cfg.quality.sample_size == 20
     assert cfg.landing_dir("a", "h1") == str(tmp_path / "landing" / "a" / "h1")
     assert cfg.lookback_hours == 6 and cfg.alerts.sla_lag_minutes == 180
     assert load_config(write(tmp_path, MINIMAL + "[alerts]\nsla_lag_minutes = 0\n")).alerts.sla_lag_minutes is None
@@ -90,3 +90,44 @@ def test_unreadable_and_invalid_files(tmp_path: Path, monkeypatch: pytest.Monkey
         load_config(write(tmp_path, "lake = \n"))
     with pytest.raises(ConfigError, match="no instance named 'zz'"):
         parse_config({"lake": "l", "landing": "/x", "instances": [{"name": "a", "source": "local:/x"}]}).instance("zz")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (top('retries = "5"'), "`retries` must be an integer, not str '5'"),  # values are not coerced
+    (MINIMAL + "[quality]\nfreshness_lag_minutes = 0\n", "`quality.freshness_lag_minutes` must be a positive integer"),
+    (MINIMAL + "[quality]\nsample_size = 0\n", "`quality.sample_size` must be a positive number"),
+    (MINIMAL + "[quality.alerts]\nwebhook_url = \"http://x\"\n", "`quality.alerts` is not a known key"),
+    (MINIMAL + "[quality]\nmax_lag_seconds = 60\n", "`quality.max_lag_seconds` is not a known key"),
+    (MINIMAL + '[alerts]\nsmtp_host = "mail"\n', "`alerts.smtp_host` is not a known key"),
+    (MINIMAL + '[alerts]\ntimeout_seconds = "x"\n', "`alerts.timeout_seconds` must be a number"),
+    (MINIMAL + "[alerts]\nemail_to = [\"\"]\n", "`alerts.email_to` must be a list of non-empty strings"),
+    (top("spark = 3"), "`spark` must be a table/mapping"),
+    (MINIMAL + "source_options = [1]\n", "`instances[0].source_options` must be a table/mapping"),
+    (top('lake = ""').replace('lake = "lake"\n', ""), "`lake` must not be empty"),
+])
+def test_more_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+
+
+def test_one_gate_and_alert_model_for_the_file_and_the_gates(tmp_path: Path) -> None:
+    """The file's [quality]/[alerts] are the models the gates and alerts take (binlake.quality.config)."""
+    from binlake.quality.config import AlertConfig, QualityConfig
+
+    cfg = load_config(write(tmp_path, MINIMAL + '[quality]\nfreshness_lag_minutes = 7\nexpectations = "e.yml"\n'
+                                      'sample_size = 5\n[alerts]\ntimeout_seconds = 3\nemail_to = ["a@b.c"]\n'
+                                      '[spark]\nconf = { "x.y" = true, n = 4 }\n'))
+    assert isinstance(cfg.quality, QualityConfig) and isinstance(cfg.alerts, AlertConfig)
+    assert (cfg.quality.max_lag_seconds, cfg.quality.sample_size) == (420, 5)
+    assert cfg.quality.expectations == str(tmp_path / "e.yml")
+    assert cfg.quality.alerts == AlertConfig()  # the gates' own channel stays log-only under Airflow
+    assert (cfg.alerts.timeout_seconds, cfg.alerts.email_to, cfg.alerts.email_from) == (3, ["a@b.c"], None)
+    assert cfg.spark.conf == {"x.y": "true", "n": "4"}
+    from binlake.orchestration.stages import quality_options
+
+    assert quality_options(cfg) == cfg.quality and quality_options(cfg) is not cfg.quality
+    # the command line's gates build the same models directly
+    gates = QualityConfig(max_lag_seconds=30, alerts=AlertConfig(smtp_host="127.0.0.1", smtp_port=2525))
+    assert gates.alerts.smtp_port == 2525 and gates.alerts.sla_lag_minutes == 180
