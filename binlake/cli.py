@@ -274,7 +274,31 @@ def quality_config(args: argparse.Namespace):
                          expectations=getattr(args, "expectations", None), alerts=alerts)
 
 
+def _batch_or_table(text: str) -> int | str:
+    """An argparse type: a batch number, or a held-back table as db.table."""
+    if text.isdigit():
+        return int(text)
+    if "." not in text.strip(".") or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"not a batch number or a db.table name: {text!r}")
+    return text
+
+
+def _held_back(exc, bar=None) -> int:
+    """Tables held back (binlake.lake.holds.TablesHeldBack): what went in on stdout, one line per held-back table
+    on stderr, exit code "quarantined"."""
+    if exc.summary is not None:
+        print(exc.summary.text())
+    print(f"binlake: error: {len(exc.held)} table(s) held back, every other table was ingested; fix the cause, "
+          "then `binlake quarantine release DB.TABLE --lake LAKE --source SOURCE [--schemas STORE]`:", file=sys.stderr)
+    from .lake.holds import held_line
+
+    for name, hold in sorted(exc.held.items()):
+        print(f"  {held_line(name, hold)}", file=sys.stderr)
+    return int(ExitCode.QUARANTINED)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from .lake.holds import TablesHeldBack
     from .lake.ingest import run_ingest
 
     opts = ingest_options(args)
@@ -295,6 +319,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     kwargs = {"executor": executor} if executor else {}
     try:
         summary = run_ingest(opts, progress=lambda msg: _say(bar, f"[ingest] {msg}"), **kwargs)
+    except TablesHeldBack as exc:
+        if bar:
+            bar.close()
+            bar = None
+        return _held_back(exc)
     finally:
         if bar:
             bar.close()
@@ -397,7 +426,14 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
                   f"files {', '.join(f['file'] for f in pb.files)}")
         for st in quarantined_files(args.lake, args.pipeline):
             print(f"file {st.file} ({st.instance}/{st.lineage}): quarantined outside a batch: {st.last_error}")
+        from .lake.holds import held_line, held_tables
+
+        for name, hold in sorted(held_tables(BatchStore(args.lake, args.pipeline)).items()):
+            print(f"table {held_line(name, hold)} (since batch {hold['since']}, {len(hold['pieces'])} piece(s); "
+                  f"release with: binlake quarantine release {name} --source ...)")
         return 0
+    if isinstance(args.batch, str):
+        return _release_table(args)
     if args.action == "show":
         pb = BatchStore(args.lake, args.pipeline).load(args.batch)
         print(json.dumps({"batch": pb.batch, "state": pb.state, "files": pb.files, "quarantine": pb.quarantine,
@@ -413,6 +449,30 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     summary = release_batch(opts, args.batch, run=not args.no_run,
                             progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
     print(summary.text() if summary is not None else f"batch {args.batch} released; the next ingest runs it")
+    return 0
+
+
+def _release_table(args: argparse.Namespace) -> int:
+    """`binlake quarantine release DB.TABLE`: catch a held-back table up from the source's files."""
+    from .lake.holds import TablesHeldBack
+    from .lake.pipeline import release_table
+
+    if args.action != "release":
+        raise ValueError(f"quarantine {args.action} takes a batch number; a held-back table is only released")
+    if not args.source:
+        raise ValueError(f"releasing {args.batch} decodes its held-back changes again: give --source (and "
+                         "--schemas when the binlogs have MINIMAL row metadata)")
+    for name, default in (("landing", None), ("window_from", None), ("window_to", None), ("rds_endpoint", None),
+                          ("lineage", None), ("public_link", False), ("tables", None), ("databases", None),
+                          ("split_mb", 64)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    opts = ingest_options(args)
+    try:
+        summary = release_table(opts, args.batch, progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
+    except TablesHeldBack as exc:
+        return _held_back(exc)
+    print(summary.text())
     return 0
 
 
@@ -538,13 +598,19 @@ def build_parser() -> argparse.ArgumentParser:
                          ("release", "run the batch again as decoded (after the fix)"),
                          ("discard", "undo the batch; the next ingest decodes its range again")):
         q = quarantine_sub.add_parser(action, help=text)
-        if action != "list":
+        if action == "release":
+            q.add_argument("batch", type=_batch_or_table, metavar="BATCH_OR_TABLE",
+                           help="batch number, or a held-back table (db.table)")
+        elif action != "list":
             q.add_argument("batch", type=_count(0), help="batch number")
         q.add_argument("--lake", required=True)
         q.add_argument("--pipeline", default="default")
         q.add_argument("--engine", default=None, choices=ENGINES)
         if action == "release":
             q.add_argument("--no-run", action="store_true", help="only release; the next ingest runs the batch")
+            q.add_argument("--source", help="a held-back table: where its binlog files are (as for ingest)")
+            q.add_argument("--schemas", help="a held-back table: DDL snapshot store or directory of <db>.sql files")
+            q.add_argument("--instance", default="default", help="a held-back table: the source instance name")
         if action in ("release", "discard"):
             _add_quality_options(q)
         q.set_defaults(func=cmd_quarantine, batch=None, no_run=False)

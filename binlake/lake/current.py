@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..binlog.tablemap import TableMap
 from ..schema.evolve import column_mapping, default_value
-from ..schema.model import TableDef
+from ..schema.model import TableDef, expression_key
 from .convert import arrow_type
 from .engines import DELETED, SEQ, ColumnChange
 from .history import META_NAMES
@@ -121,9 +121,11 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
 
 
 def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableMap, table_schema: pa.Schema,
-                   ddl_time: str | None) -> list[ColumnChange]:
+                   ddl_time: str | None, warnings: list[str] | None = None) -> list[ColumnChange]:
     """The column changes that turn the current table (columns `old_cols`, layout `old_def` when known) into
-    `new_tm`'s layout, as the server's ALTER did."""
+    `new_tm`'s layout, as the server's ALTER did. A generated column the ALTER adds, or whose expression it
+    changes, is computed for the existing rows (binlake.lake.generated); where that cannot be done they get null
+    and a line goes to `warnings`."""
     new_def: TableDef | None = new_tm.schema
     new_schema = current_schema(new_tm)
     if old_def is not None and new_def is not None:
@@ -139,11 +141,24 @@ def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableM
     for new_name, src in mapping.items():
         if src is not None and src != new_name:
             changes.append(ColumnChange.rename(src, new_name))
+    recomputed = set()
+    if old_def is not None and new_def is not None:
+        for i, col in enumerate(new_tm.columns):
+            src, new_col = mapping[col.key], new_def.columns[i]
+            old_col = old_def.column(src) if src is not None else None
+            if new_col.generated is not None and old_col is not None and (
+                    old_col.generated is None or expression_key(old_col.generated) != expression_key(new_col.generated)):
+                recomputed.add(col.key)  # a new expression: the server computed every row again
+                changes.append(ColumnChange.drop(col.key))
     existing = {f.name: f.type for f in table_schema}
     for i, col in enumerate(new_tm.columns):
         target = new_schema.field(col.key).type
         src = mapping[col.key]
-        if src is None:
+        if new_def is not None and new_def.columns[i].generated is not None and (src is None or col.key in recomputed):
+            changes.append(ColumnChange.add(col.key, target, position=i,
+                                            compute=_generated(new_tm.qualified_name, new_def.columns[i], target,
+                                                               warnings)))
+        elif src is None:
             default = None
             if new_def is not None:
                 value = default_value(new_def.columns[i], ddl_time)
@@ -152,6 +167,37 @@ def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableM
         elif existing.get(src) is not None and existing[src] != target:
             changes.append(ColumnChange.convert(col.key, target, converter=_converter(target)))
     return changes
+
+
+def _generated(table: str, col, target: pa.DataType, warnings: list[str] | None):
+    """The values of a generated column for rows no rows event carried (an ALTER added it or changed its
+    expression): the expression evaluated, or nulls and a warning when it cannot be."""
+    from .generated import Untranslatable, compile_expression
+
+    kind = "STORED" if col.stored else "VIRTUAL"
+
+    def warn(reason: str) -> None:
+        line = (f"{table}.{col.name}: {kind} generated column ({col.generated}) not evaluated for the rows before "
+                f"the ALTER, they hold null: {reason}")
+        if warnings is not None and line not in warnings:
+            warnings.append(line)
+
+    try:
+        fn = compile_expression(col.generated, target)
+    except Untranslatable as exc:
+        fn, reason = None, str(exc)
+
+    def compute(batch: pa.RecordBatch) -> pa.Array:
+        if fn is not None:
+            try:
+                return fn(batch)
+            except (Untranslatable, pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+                warn(f"evaluation failed: {exc}")
+        else:
+            warn(reason)
+        return pa.nulls(batch.num_rows, target)
+
+    return compute
 
 
 def _default_scalar(value: object, target: pa.DataType) -> pa.Scalar:
@@ -189,7 +235,8 @@ def newest_seq(engine, path: str) -> int | None:
 
 
 def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, table_schema: pa.Schema,
-                   newest: int | None, ddl_time: str | None = None) -> tuple[pa.Table, list[str]] | None:
+                   newest: int | None, ddl_time: str | None = None,
+                   warnings: list[str] | None = None) -> tuple[pa.Table, list[str]] | None:
     """A segment whose schema version is not the one the current table mirrors, seen from the table.
 
     Returns None when the segment is newer than every change the table holds: the source's schema moved on, and
@@ -222,7 +269,7 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     target = table_map_for(table_def, mariadb=True)  # Arrow types only; the flavour changes binlog codes
     target.schema_version = table_def.fingerprint()
     values = [c.key for c in tm.columns]
-    changes = schema_changes(values, tm.schema, target, data.schema, ddl_time)
+    changes = schema_changes(values, tm.schema, target, data.schema, ddl_time, warnings)
     try:
         rows = pa.Table.from_batches([apply_changes(b, changes) for b in data.to_batches()])
     except Exception as exc:  # EngineError from a conversion the ALTER could not have done
@@ -239,7 +286,7 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
 
 
 def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | None, TableMap, pa.Table]],
-                   batch: int, first_step: int = 0) -> int:
+                   batch: int, first_step: int = 0, warnings: list[str] | None = None) -> int:
     """Merge a table's net changes segment by segment (schema version, its TableMap, merge input).
 
     A segment of the version the table mirrors is merged as is. One of another version is either newer than
@@ -261,11 +308,12 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
             # A table already in this segment's layout was altered by an earlier attempt of this batch (the
             # registry advances only at the batch end): the alter path then replays as a no-op.
             fresh = not _has_layout(current, tm)
-            backfill = backfill_input(data, tm, table_def, current, newest_seq(engine, path)) if fresh else None
+            backfill = (backfill_input(data, tm, table_def, current, newest_seq(engine, path), None, warnings)
+                        if fresh else None)
             if backfill is not None:
                 (rows, keys), evolved = backfill, True
             else:
-                alter_to(engine, path, current, table_def, tm, app, batch * 1000 + step)
+                alter_to(engine, path, current, table_def, tm, app, batch * 1000 + step, warnings)
                 step += 1
         engine.merge(path, rows, keys, app, batch * 1000 + step)
         step += 1
@@ -276,11 +324,11 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
 
 
 def alter_to(engine, path: str, current: pa.Schema, table_def: TableDef | None, tm: TableMap, app: str,
-             version: int) -> bool:
+             version: int, warnings: list[str] | None = None) -> bool:
     """Alter the current table at `path` (schema `current`, layout `table_def`) to `tm`'s version, as the server's
     ALTER did, in one commit with the app-transaction version given. Returns whether anything changed."""
     old_cols = [f.name for f in current if f.name not in (SEQ, "_commit_ts")]
-    changes = schema_changes(old_cols, table_def, tm, current, None)
+    changes = schema_changes(old_cols, table_def, tm, current, None, warnings)
     if changes:
         engine.replace_schema(path, changes, app, version)
     return bool(changes)

@@ -70,6 +70,10 @@ class RangeResult:
     ddl: list[dict] = field(default_factory=list)
     conversions: ConversionStats = field(default_factory=ConversionStats)
     event_types: dict[str, int] = field(default_factory=dict)  # event type name -> count (quality gates)
+    # Tables whose changes could not be decoded (schema mismatch, no schema, values that do not convert): table ->
+    # {"error", "file", "pos"} of the first failure. Their rows are left out of the range entirely; the batch
+    # holds them back alone (binlake.lake.holds) and every other table goes on.
+    held: dict[str, dict] = field(default_factory=dict)
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -147,7 +151,8 @@ def tracked_executor(report: Callable[[int, int], None]) -> Callable:
 def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
                   resolver, tables, databases, progress: Callable[[int], None] | None) -> RangeResult:
     opts = DecodeOptions(start_position=start if start and start > 4 else None, stop_position=stop, commits=True,
-                         table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False)
+                         table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False,
+                         on_schema_mismatch="skip")  # one table's mismatch holds back that table only
     decoder = BinlogDecoder(opts)
     result = RangeResult(name, file_seq, start or 4, start or 4, "", False)
     pending: list[RowBatch] = []  # rows events of the open transaction
@@ -158,11 +163,20 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     held = 0  # committed rows not yet converted
     reported = result.end
 
+    def hold(table: str, error: str, pos: int) -> None:
+        result.held.setdefault(table, {"error": error, "file": name, "pos": pos})
+
     def flush() -> None:
         # Convert held rows to Arrow now, so decoded Python objects never pile up (memory, and the cyclic GC
         # rescanning millions of live lists is what made building history slower than decoding).
         for key, items in committed.items():
-            built.setdefault(key, []).append(history_table(items, batch_id, result.conversions))
+            table = maps[key].qualified_name
+            if table in result.held:
+                continue
+            try:
+                built.setdefault(key, []).append(history_table(items, batch_id, result.conversions))
+            except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
+                hold(table, f"{type(exc).__name__}: {exc}", items[0].batch.pos)
         committed.clear()
 
     with open_binlog(path) as f:
@@ -175,11 +189,14 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             if rec.kind == "commit":
                 for rows in pending:
                     tm = rows.table
+                    if tm.qualified_name in result.held:
+                        continue
                     if tm.columns and tm.columns[0].name is None:
-                        raise SchemaMissing(
-                            f"{name}:{rows.pos}: no schema names the columns of {tm.qualified_name} (the binlog has "
-                            "MINIMAL row metadata and neither a snapshot nor the files' DDL describe the table); "
-                            "take a DDL snapshot (binlake schema snapshot) and pass --schemas")
+                        hold(tm.qualified_name, "SchemaMissing: " + str(SchemaMissing(
+                            f"no schema names the columns of {tm.qualified_name} (the binlog has MINIMAL row "
+                            "metadata and neither a snapshot nor the files' DDL describe the table); take a DDL "
+                            "snapshot (binlake schema snapshot) and pass --schemas")), rows.pos)
+                        continue
                     key = id(tm)
                     maps[key] = tm
                     committed.setdefault(key, []).append(CommittedBatch(rows, rec.ts, file_seq))
@@ -207,6 +224,9 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                 # not be skipped silently.
                 raise decoder.table_errors[-1]
     end = decoder.results[-1].end
+    for skipped in decoder.skipped:  # the first event of each table the guard refused names the cause
+        if skipped.reason != "rows event skipped" or skipped.table not in result.held:
+            hold(skipped.table, "SchemaMismatch: " + skipped.reason, skipped.pos)
     result.event_types = event_type_counts(decoder.event_counts)
     if stop is not None and pending:
         raise ValueError(f"{name}: the range [{start}, {stop}) ends inside a transaction; ranges must be cut at "
@@ -221,9 +241,15 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     flush()
     for key, pieces in built.items():
         tm = maps[key]
+        if tm.qualified_name in result.held:
+            continue
         entry = result.tables.setdefault(tm.qualified_name, TableResult())
         entry.history.append(pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
         entry.versions[tm.schema_version] = tm
     for name, tm in latest.items():
-        result.tables[name].table_map = tm
+        if name not in result.held:
+            result.tables[name].table_map = tm
+    for (table, op) in list(result.counts):
+        if table in result.held:
+            del result.counts[(table, op)]
     return result

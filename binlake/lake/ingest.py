@@ -70,6 +70,8 @@ class RunSummary:
     lag_seconds: float | None = None
     committed: dict = field(default_factory=dict)  # table -> {"history": bool, "current": n merges}
     gates: dict = field(default_factory=dict)  # "before"/"after" -> {"runs": n, "passed": bool}; "released": bool
+    held: dict = field(default_factory=dict)  # table -> its hold (binlake.lake.holds): held back, not ingested
+    warnings: list = field(default_factory=list)  # one line each (e.g. generated columns not evaluated)
 
     def text(self) -> str:
         if self.batch is None:
@@ -81,6 +83,12 @@ class RunSummary:
             lines.append(f"  {t}: insert {ops['insert']}, update {ops['update']}, delete {ops['delete']}")
         if self.history_only:
             lines.append(f"  history only (no primary or UNIQUE NOT NULL key): {', '.join(self.history_only)}")
+        for name, hold in sorted(self.held.items()):
+            from .holds import held_line
+
+            lines.append("  " + held_line(name, hold))
+        for warning in self.warnings:
+            lines.append(f"  warning: {warning}")
         if self.statements:
             lines.append(f"  statement-based DML events seen (not replayable as rows): {self.statements}")
         if self.conversions:

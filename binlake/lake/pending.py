@@ -70,6 +70,11 @@ class PendingBatch:
     # The batch's table lifecycle (RENAME/TRUNCATE/DROP/CREATE again): statements to apply and the catalog slots
     # they change (binlake.lake.lifecycle). Planned by prepare_batch, executed by merge_batch.
     lifecycle: dict[str, Any] = field(default_factory=dict)
+    # Tables held back by this batch (binlake.lake.holds): name -> database, table, stage, error, file, pos, pieces.
+    held: dict[str, dict] = field(default_factory=dict)
+    # A catch-up batch: the held tables whose pieces it decodes again (its files are pieces, not control rows).
+    catchup: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. generated columns not evaluated (run summary)
 
     def file_states(self) -> list[FileState]:
         out = []

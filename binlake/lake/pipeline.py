@@ -23,12 +23,16 @@ a quarantined one blocks the pipeline until it is released.
 from __future__ import annotations
 
 import importlib
+import json
+import re
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,8 +45,9 @@ from .control import ControlTable
 from .current import key_names, merge_input, segments
 from .current import merge_segments as _merge_segments
 from .decode_task import RangeResult
-from .engines import DELETED, SEQ, DeltaEngine, EngineError, get_engine, tombstone_path
+from .engines import DELETED, SEQ, DeltaEngine, EngineError, EngineUnavailable, get_engine, tombstone_path
 from .history import PARTITION_BY
+from .holds import TablesHeldBack, batch_pieces, held_tables
 from .ingest import (
     Executor,
     IngestOptions,
@@ -63,11 +68,14 @@ __all__ = [
     "GateFailed",
     "GateReport",
     "StageOrderError",
+    "TablesHeldBack",
     "gate_after_merge",
     "gate_before_merge",
     "merge_batch",
     "prepare_batch",
+    "prepare_catchup",
     "publish_batch",
+    "release_table",
     "run_ingest",
 ]
 
@@ -76,6 +84,16 @@ Progress = Callable[[str], None]
 
 class StageOrderError(RuntimeError):
     """A stage was called before the stage it depends on succeeded for the batch (e.g. merge before its gate)."""
+
+
+# What makes one table's changes unappliable (bad data, a schema change or conversion that cannot be done, an
+# engine refusing the input): that table is held back alone. Anything else (a crash, I/O, an unreachable engine)
+# stops the stage; the batch stays pending and is resumed.
+TABLE_ERRORS = (ValueError, TypeError, KeyError, pa.ArrowException, EngineError)
+
+
+def _table_error(exc: BaseException) -> bool:
+    return isinstance(exc, TABLE_ERRORS) and not isinstance(exc, EngineUnavailable)
 
 
 def _quiet(_msg: str) -> None:
@@ -130,7 +148,8 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     todo = plan_files(opts, states)
     if not todo:
         return None
-    batch = max((s.batch_id for s in states.values()), default=-1) + 1
+    batch = _next_batch(states, store)
+    holds = held_tables(store)
     progress(f"batch {batch}: {len(todo)} file(s) to read")
     resolver = build_resolver(_ordered(opts.files), opts.schemas, opts.instance)
     seconds = {"schema timeline": time.perf_counter() - started}
@@ -144,8 +163,6 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
 
     pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat())
     histories, table_maps = _collect(results, pb)
-    histories, table_maps, facts = split_entries(engine, layout, pb, histories, table_maps, _tracked(opts),
-                                                 opts.helper_tables)
     by_file: dict[str, list[RangeResult]] = {}
     for res in results:
         by_file.setdefault(res.file, []).append(res)
@@ -159,6 +176,9 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
                          "previous_complete": st.complete, "checksum": st.checksum,
                          "first_ts": st.first_ts.isoformat() if st.first_ts else None,
                          "last_ts": st.last_ts.isoformat() if st.last_ts else None})
+    _hold_decoded(pb, results, holds, histories, table_maps)
+    histories, table_maps, facts = split_entries(engine, layout, pb, histories, table_maps, _tracked(opts),
+                                                 opts.helper_tables)
     t0 = time.perf_counter()
     names = store.write_data(batch, histories, table_maps)
     for name, history in histories.items():
@@ -182,7 +202,7 @@ def _schema_at_end(engine: DeltaEngine, layout: LakeLayout, resolver, pb: Pendin
     key = end_key(pb.files)
     if key is None:
         return {}
-    held = {name: row["version"] for name, row in _Registry(engine, layout).rows.items()}
+    held = {name: row["version"] for name, row in _Registry(engine, layout).rows.items() if name not in pb.held}
     for name, info in sorted(pb.tables.items(), key=lambda item: item[1].get("generation", 1)):
         if info["has_pk"]:
             held[info.get("name", name)] = table_maps[name][1].schema_version
@@ -191,6 +211,77 @@ def _schema_at_end(engine: DeltaEngine, layout: LakeLayout, resolver, pb: Pendin
         return {}
     path, st = max(todo, key=lambda item: item[1].file_seq)
     return end_versions(resolver.timeline, key, held, file_is_mariadb(path, st.file))
+
+
+def _next_batch(states: dict, store: BatchStore) -> int:
+    """The next batch number: after every batch the control table or the store knows (catch-up batches of held
+    tables have no control rows)."""
+    return max([s.batch_id for s in states.values()] + store.batches(), default=-1) + 1
+
+
+def _hold_decoded(pb: PendingBatch, results: list[RangeResult], holds: dict[str, dict],
+                  histories: dict[str, pa.Table], table_maps: dict) -> None:
+    """Hold back the tables the decoder could not decode in this batch and those already held (every later batch
+    leaves a held table out until it is released); their rows, counts and conversions leave the batch."""
+    pieces = batch_pieces(pb, appended=False)
+    for res in sorted(results, key=lambda r: (r.file_seq, r.start)):
+        for name, h in getattr(res, "held", {}).items():
+            if name not in pb.held:
+                pb.held[name] = _hold_record(name, "decode", h["error"], h["file"], h["pos"], pieces)
+    for name, h in holds.items():
+        if name not in pb.held and name not in pb.catchup:
+            pb.held[name] = _hold_record(name, "held", f"held back since batch {h['since']}: {h['error']}",
+                                         h.get("file"), h.get("pos"), pieces)
+    if not pb.held:
+        return
+    for name in pb.held:
+        histories.pop(name, None)
+        table_maps.pop(name, None)
+    pb.counts = [c for c in pb.counts if c[0] not in pb.held]
+    pb.conversions = {k: v for k, v in pb.conversions.items()
+                      if not any(k.split(":", 1)[-1].startswith(name + ".") for name in pb.held)}
+
+
+def _hold_record(name: str, stage: str, error: str, file: str | None, pos: int | None, pieces: list[dict]) -> dict:
+    db, _, table = name.partition(".")
+    return {"database": db, "table": table, "stage": stage, "error": error, "file": file, "pos": pos,
+            "pieces": pieces}
+
+
+def hold_table(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch, entry: str,
+               exc: BaseException, registry: _Registry | None = None, saved: dict | None = None) -> None:
+    """Hold back a table of a prepared batch (its history is appended) whose current table cannot take the
+    batch: restore the current table to its version before the batch and keep its registry entry. `entry` is
+    its key in pb.tables (or pb.schema_end)."""
+    info = pb.tables.pop(entry, None) or {}
+    name = info.get("name", entry)
+    end = pb.schema_end.pop(name, None) or {}
+    db, table = info.get("database") or end.get("database"), info.get("table") or end.get("table")
+    path = layout.current_path(db, table)
+    pre = pb.premerge.get("tables", {}).get(entry) or {"version": pb.premerge.get("schema_end", {}).get(name)}
+    if engine.exists(path) and pb.premerge:
+        engine.restore(path, 0 if pre.get("version") is None else pre["version"])
+    if registry is not None:
+        if saved is None:
+            registry.rows.pop(name, None)
+        else:
+            registry.rows[name] = saved
+    first = _first_change(store, pb, info) if info.get("file") else (None, None)
+    pb.held[name] = {**_hold_record(name, "merge", f"{type(exc).__name__}: {exc}", *first,
+                                    batch_pieces(pb, appended=True)), "database": db, "table": table}
+    pb.committed.pop(entry, None)
+    store.save(pb)
+
+
+def _first_change(store: BatchStore, pb: PendingBatch, info: dict) -> tuple[str | None, int | None]:
+    """File and position of the table's first change in the batch (`info`: its entry in pb.tables)."""
+    try:
+        history = store.read_history(PendingBatch(pb.batch, pb.pipeline, tables={"t": info}), "t")
+    except (OSError, KeyError):
+        return None, None
+    if not history.num_rows:
+        return None, None
+    return history.column("_binlog_file")[0].as_py(), history.column("_pos")[0].as_py()
 
 
 def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, list[pa.Table]], dict[str, tuple]]:
@@ -234,6 +325,8 @@ def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, 
     t0 = time.perf_counter()
     for name, info in sorted(pb.tables.items()):
         history = histories[name] if histories is not None else store.read_history(pb, name)
+        if info.get("append_from"):  # a catch-up batch: rows of pieces whose history is already appended first
+            history = history.slice(info["append_from"])
         # Versions of per-table app ids are batch * 1000 + step everywhere (bootstrap writes several per batch).
         appended = engine.append(layout.history_path(info["database"], info["table"], info.get("generation", 1)),
                                  history,
@@ -270,9 +363,7 @@ def gate_before_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | Non
     are not touched), an alert is sent and GateFailed raised."""
     engine, layout, store = _setup(opts, engine)
     pb = _load(store, batch)
-    for name, info in sorted(pb.tables.items()):
-        if info["has_pk"]:  # a typed error of its own, before the gates (missing key values would fail them)
-            _refuse_partial_images(name, pb.conversions)
+    _hold_partial_images(engine, layout, store, pb)
     _import_gx(pb)
     report = before_merge_gate(pb, store, opts)
     record_report(engine, layout, pb, report)
@@ -282,6 +373,16 @@ def gate_before_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | Non
     if not report.success:
         raise _gate_failed(opts, engine, store, pb, report)
     return report
+
+
+def _hold_partial_images(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch) -> None:
+    """A current table needs full row images: a table with partial ones is held back (its history stays)."""
+    for name, info in sorted(pb.tables.items()):
+        if info["has_pk"]:
+            try:
+                _refuse_partial_images(info.get("name", name), pb.conversions)
+            except ValueError as exc:
+                hold_table(engine, layout, store, pb, name, exc)
 
 
 def gate_after_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> GateReport:
@@ -339,15 +440,20 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     pb = _load(store, batch)
     _require_gate(opts, pb, "before", "merge_batch")
     table_maps = store.read_table_maps(pb)
+    _hold_partial_images(engine, layout, store, pb)
     plans = {}
     for name, info in sorted(pb.tables.items()):
         if not info["has_pk"]:
             continue
-        _refuse_partial_images(info.get("name", name), pb.conversions)
-        versions = table_maps[name][0]
-        history = store.read_history(pb, name)
-        plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))
-                       for seg in segments(history)]
+        try:
+            versions = table_maps[name][0]
+            history = store.read_history(pb, name)
+            plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))
+                           for seg in segments(history)]
+        except Exception as exc:
+            if not _table_error(exc):
+                raise
+            hold_table(engine, layout, store, pb, name, exc)
     registry = _Registry(engine, layout)
     run = LifecycleRun(engine, layout, registry, pb)
     touched = run.touched()
@@ -364,13 +470,25 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
         store.save(pb)
     before, rest, skipped = run.schedule({name: {"name": name, **pb.tables[name]} for name in plans})
 
+    notes: dict[str, list[str]] = {}  # table -> warnings of its schema changes
+
     def merge_one(name: str) -> None:
+        if name not in pb.tables:  # held back
+            return
         info = {"name": name, **pb.tables[name]}
-        plan = _above_floor(plans[name], run.floor(info))
-        run.prepare_fresh(info, pa.schema([f for f in plan[0][2].schema if f.name != DELETED]))
-        # Steps of the table's app id: its segments take at most two each (an ALTER and a merge).
-        first = run.step(info["name"], 2 * len(plan))
-        merges = _merge_segments(engine, layout, registry, info["name"], plan, batch, first_step=first)
+        saved = dict(registry.rows[info["name"]]) if info["name"] in registry.rows else None
+        try:
+            plan = _above_floor(plans[name], run.floor(info))
+            run.prepare_fresh(info, pa.schema([f for f in plan[0][2].schema if f.name != DELETED]))
+            # Steps of the table's app id: its segments take at most two each (an ALTER and a merge).
+            first = run.step(info["name"], 2 * len(plan))
+            merges = _merge_segments(engine, layout, registry, info["name"], plan, batch, first_step=first,
+                                     warnings=notes.setdefault(info["name"], []))
+        except Exception as exc:
+            if not _table_error(exc):
+                raise
+            hold_table(engine, layout, store, pb, name, exc, registry, saved)
+            return
         pb.committed.setdefault(name, {})["current"] = merges
 
     for name in skipped:
@@ -383,13 +501,53 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
         merge_one(name)
     # DDL after a table's last row change: the table is altered to the version in force at the batch end, in the
     # table's next app-txn step.
-    apply_end_versions(engine, layout, registry, pb.schema_end, batch, run.steps_by_table(pb.schema_end))
+    steps = run.steps_by_table(pb.schema_end)
+    for name, end in sorted(pb.schema_end.items()):
+        saved = dict(registry.rows[name]) if name in registry.rows else None
+        try:
+            apply_end_versions(engine, layout, registry, {name: end}, batch, {name: steps.get(name, 0)},
+                               notes.setdefault(name, []))
+        except Exception as exc:
+            if not _table_error(exc):
+                raise
+            hold_table(engine, layout, store, pb, name, exc, registry, saved)
+    for name in sorted({pb.tables[e].get("name", e) for e in plans if e in pb.tables} | set(pb.schema_end)):
+        if name not in pb.held:
+            _record_columns(engine, layout, registry, name, notes.get(name, []), pb)
     registry.commit(batch)
     run.commit()
     pb.gates["merge"] = {"done": True}
     pb.seconds["merge"] = time.perf_counter() - t0
     store.save(pb)
     return dict(pb.committed)
+
+
+def _record_columns(engine: DeltaEngine, layout: LakeLayout, registry: _Registry, name: str, warnings: list[str],
+                    pb: PendingBatch) -> None:
+    """The current table's properties say which columns are generated (and how) or invisible in the source, and
+    keep the warnings about them (`binlake.generated`, `binlake.invisible`, `binlake.warnings`, JSON)."""
+    for w in warnings:
+        if w not in pb.warnings:
+            pb.warnings.append(w)
+    _version, table_def = registry.get(name)
+    db, _, table = name.partition(".")
+    path = layout.current_path(db, table)
+    if table_def is None or not engine.exists(path) or not hasattr(engine, "set_properties"):
+        return
+    generated = {c.name: f"{'STORED' if c.stored else 'VIRTUAL'} {c.generated}" for c in table_def.columns
+                 if c.generated is not None}
+    invisible = [c.name for c in table_def.columns if c.invisible]
+    have = engine.properties(path)
+    kept = json.loads(have.get("binlake.warnings", "[]"))
+    props = {}
+    if generated or "binlake.generated" in have:
+        props["binlake.generated"] = json.dumps(generated, sort_keys=True)
+    if invisible or "binlake.invisible" in have:
+        props["binlake.invisible"] = json.dumps(invisible)
+    if warnings:
+        props["binlake.warnings"] = json.dumps(kept + [w for w in warnings if w not in kept])
+    if props:
+        engine.set_properties(path, props)
 
 
 def _table_version(engine: DeltaEngine, path: str) -> int | None:
@@ -472,7 +630,8 @@ def publish_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = 
     if not pb.gates.get("merge", {}).get("done"):
         raise StageOrderError(f"batch {batch}: publish_batch before merge_batch finished")
     _require_gate(opts, pb, "after", "publish_batch")
-    ControlTable(engine, layout).record(pb.file_states(), batch)
+    if not pb.catchup:  # a catch-up batch re-reads published files: the watermark stays
+        ControlTable(engine, layout).record(pb.file_states(), batch)
     pb.state = "published"
     pb.seconds["publish"] = time.perf_counter() - t0
     store.save(pb)
@@ -485,6 +644,8 @@ def summary_of(pb: PendingBatch) -> RunSummary:
     for t, op, n in pb.counts:
         summary.rows[(t, op)] = n
     summary.history_only = sorted(name for name, t in pb.tables.items() if not t["has_pk"])
+    summary.held = {name: dict(h) for name, h in pb.held.items()}
+    summary.warnings = list(pb.warnings)
     summary.statements = len(pb.statements)
     summary.conversions = dict(pb.conversions)
     summary.seconds = dict(pb.seconds)
@@ -512,6 +673,12 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
     batch = prepare_batch(opts, executor, engine, progress)
     if batch is None:
         return RunSummary(None)
+    return _run_stages(opts, batch, engine, progress, started)
+
+
+def _run_stages(opts: IngestOptions, batch: int, engine: DeltaEngine, progress: Progress,
+                started: float) -> RunSummary:
+    gates = opts.quality.enabled
     if gates:
         report = gate_before_merge(opts, batch, engine)
         progress(f"batch {batch}: before-merge gate passed ({len(report.results)} expectations, "
@@ -523,4 +690,86 @@ def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine:
                  f"{report.seconds:.2f} s)")
     summary = publish_batch(opts, batch, engine)
     summary.seconds["total"] = time.perf_counter() - started
+    if summary.held:
+        raise TablesHeldBack(summary.held, summary)
     return summary
+
+
+# -- held-back tables -------------------------------------------------------------------------------------------
+
+def prepare_catchup(opts: IngestOptions, table: str, executor: Executor = local_executor,
+                    engine: DeltaEngine | None = None, progress: Progress = _quiet) -> int:
+    """A catch-up batch for a held-back table (binlake.lake.holds): decode its held pieces again (with the
+    schemas and files of `opts`), persist the batch and append the history rows not yet appended. The other
+    stages then run on it as on any batch; publishing it closes the hold and leaves the control table alone."""
+    started = time.perf_counter()
+    engine, layout, store = _setup(opts, engine)
+    waiting = store.unpublished()
+    if waiting:
+        raise StageOrderError(f"batch {waiting[0].batch} is {waiting[0].state}: finish it (binlake ingest, or "
+                              "binlake quarantine release/discard) before releasing a held-back table")
+    hold = held_tables(store).get(table)
+    if hold is None:
+        raise ValueError(f"{table} is not held back in pipeline {opts.pipeline!r} (binlake quarantine list)")
+    by_name = {Path(p).name: str(p) for p in opts.files}
+    pieces = hold["pieces"]
+    missing = sorted({piece["file"] for piece in pieces} - set(by_name))
+    if missing:
+        raise ValueError(f"{table}: its held-back changes are in {', '.join(missing)}, which are not among the "
+                         "files given (--source)")
+    batch = _next_batch(ControlTable(engine, layout).load(), store)
+    progress(f"batch {batch}: catching up {table} ({len(pieces)} held piece(s) since batch {hold['since']})")
+    resolver = build_resolver(_ordered(opts.files), opts.schemas, opts.instance)
+    tasks = [(by_name[piece["file"]], piece["file"], piece["file_seq"], piece["start"], piece["end"])
+             for piece in pieces]
+    only = re.compile("^" + re.escape(table) + "$")
+    results = executor(tasks, batch, resolver, (only, None))
+    pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat(), catchup=[table])
+    histories, table_maps = _collect(results, pb)
+    spans: dict[int, dict] = {}
+    for piece in pieces:  # one entry per file (the gates check positions per file)
+        f = spans.setdefault(piece["file_seq"], {
+            "instance": opts.instance, "lineage": opts.lineage, "file": piece["file"], "file_seq": piece["file_seq"],
+            "size": 0, "status": "merged", "start_pos": piece["start"], "end_pos": piece["end"], "complete": False,
+            "batch_id": batch, "attempts": 0, "last_error": None, "previous_status": "merged",
+            "previous_complete": False})
+        f["start_pos"], f["end_pos"] = min(f["start_pos"], piece["start"]), max(f["end_pos"], piece["end"])
+    pb.files = [spans[k] for k in sorted(spans)]
+    for res in sorted(results, key=lambda r: (r.file_seq, r.start)):
+        for name, h in getattr(res, "held", {}).items():
+            pb.held.setdefault(name, {**_hold_record(name, "decode", h["error"], h["file"], h["pos"], pieces)})
+    for name in pb.held:
+        histories.pop(name, None)
+        table_maps.pop(name, None)
+    pb.counts = [c for c in pb.counts if c[0] not in pb.held]
+    appended = {(piece["file_seq"], piece["start"]) for piece in pieces if piece.get("appended")}
+    before = sum(t.num_rows for r in results if (r.file_seq, r.start) in appended and table in r.tables
+                 for t in r.tables[table].history)
+    # Only the held table's lifecycle statements count here (the others were applied when their batches ran).
+    histories, table_maps, facts = split_entries(engine, layout, pb, histories, table_maps,
+                                                 lambda q: q.lower() == table.lower(), opts.helper_tables)
+    names = store.write_data(batch, histories, table_maps)
+    for name, history in histories.items():
+        tm = table_maps[name][1]
+        newest = pc.max(history.column("_commit_ts")).as_py() if history.num_rows else None
+        pb.tables[name] = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key),
+                           "file": names[name], "rows": history.num_rows, "append_from": before if name == table
+                           else 0, "newest_commit_ts": newest.isoformat() if newest else None, **facts[name]}
+    last = max(pieces, key=lambda x: (x["file_seq"], x["end"]))
+    todo = [(by_name[last["file"]], SimpleNamespace(file=last["file"], file_seq=last["file_seq"]))]
+    pb.schema_end = {k: v for k, v in _schema_at_end(engine, layout, resolver, pb, table_maps, todo).items()
+                     if k == table}
+    pb.seconds = {"decode": time.perf_counter() - started}
+    store.save(pb)
+    _append_history(engine, layout, store, pb, progress, histories)
+    return batch
+
+
+def release_table(opts: IngestOptions, table: str, executor: Executor = local_executor,
+                  engine: DeltaEngine | None = None, progress: Progress = _quiet) -> RunSummary:
+    """Catch a held-back table up now (after its cause was fixed): prepare_catchup, then the gates, the merge
+    and publish. Raises TablesHeldBack when it is still held back (with the new cause)."""
+    started = time.perf_counter()
+    engine = engine or get_engine(opts.engine)
+    batch = prepare_catchup(opts, table, executor, engine, progress)
+    return _run_stages(opts, batch, engine, progress, started)

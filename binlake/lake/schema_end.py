@@ -83,7 +83,7 @@ def end_table_map(end: dict) -> TableMap:
 
 
 def apply_end_versions(engine, layout, registry, schema_end: dict[str, dict], batch: int,
-                       first_step: Mapping[str, int]) -> list[str]:
+                       first_step: Mapping[str, int], warnings: list[str] | None = None) -> list[str]:
     """Alter each current table to its batch-end version (schema_changes + replace_schema, the app-txn version
     batch * 1000 + the table's next step after its segments, so a retry skips a committed ALTER) and record
     the version in the registry. Returns the tables altered."""
@@ -98,7 +98,8 @@ def apply_end_versions(engine, layout, registry, schema_end: dict[str, dict], ba
             continue  # the table holds changes made after this DDL: it is already past it
         tm = end_table_map(end)
         if alter_to(engine, path, engine.read(path).schema, table_def, tm,
-                    layout.app_id("current", end["database"], end["table"]), batch * 1000 + first_step.get(name, 0)):
+                    layout.app_id("current", end["database"], end["table"]), batch * 1000 + first_step.get(name, 0),
+                    warnings):
             altered.append(name)
         registry.set(name, end["version"], tm.schema)
     return altered

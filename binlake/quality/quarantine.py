@@ -41,7 +41,10 @@ class BatchQuarantined(RuntimeError):
 
 
 def _mark(engine, layout, pb, status: str, error: str | None) -> None:
-    """One control-table event for the batch's files (their end_pos stays where the previous batch left it)."""
+    """One control-table event for the batch's files (their end_pos stays where the previous batch left it). A
+    catch-up batch of a held-back table re-reads published files: the control table is not its to change."""
+    if getattr(pb, "catchup", None):
+        return
     pb.control_events += 1
     states = []
     for f in pb.files:
@@ -173,12 +176,13 @@ def discard_batch(opts, batch: int, engine=None) -> list[str]:
         plan.append((name, path, mine[0]["version"] - 1))
     for _name, path, version in plan:
         engine.restore(path, version)
-    pb.control_events += 1
-    states = [FileState(f["instance"], f["lineage"], f["file"], f["file_seq"], f["size"], f["previous_status"],
-                        f["start_pos"], f["previous_complete"], pb.batch, f.get("attempts", 0),
-                        f"batch {batch} discarded after a failed {(pb.quarantine or {}).get('stage')} gate")
-              for f in pb.files]
-    ControlTable(engine, layout).record(states, pb.batch, event=pb.control_events)
+    if not pb.catchup:  # a discarded catch-up batch leaves its table held back, the control table as it is
+        pb.control_events += 1
+        states = [FileState(f["instance"], f["lineage"], f["file"], f["file_seq"], f["size"], f["previous_status"],
+                            f["start_pos"], f["previous_complete"], pb.batch, f.get("attempts", 0),
+                            f"batch {batch} discarded after a failed {(pb.quarantine or {}).get('stage')} gate")
+                  for f in pb.files]
+        ControlTable(engine, layout).record(states, pb.batch, event=pb.control_events)
     pb.state = "discarded"
     pb.quarantine = {**(pb.quarantine or {}), "discarded_at": datetime.now(UTC).isoformat()}
     store.save(pb)

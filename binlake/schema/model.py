@@ -122,6 +122,8 @@ class TableDef:
                      c.generated is not None and not c.stored]
             if c.compressed:  # only when set: the ids of every other layout stay what they were
                 entry.append("compressed")
+            if c.generated is not None:  # a changed expression changes every row: a version of its own
+                entry.append(expression_key(c.generated))
             layout.append(entry)
         identity = [self.primary_key]
         if not self.primary_key and self.row_key():  # a UNIQUE NOT NULL key identifies rows: part of the layout
@@ -137,6 +139,24 @@ class TableDef:
                 c.uid = next_uid
                 next_uid += 1
         self.last_uid = next_uid - 1
+
+
+def expression_key(sql: str) -> str:
+    """A generation expression without the spelling differences of SHOW CREATE TABLE and the DDL as written
+    (backticks, spaces, case, outer parentheses)."""
+    text = "".join(sql.replace("`", "").split()).lower()
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1]
+    return text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})

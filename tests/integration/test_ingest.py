@@ -388,28 +388,31 @@ def test_files_ingested_out_of_order_with_repeats_converge(source, tmp_path) -> 
 
 
 def test_rows_without_any_schema_are_refused(source, tmp_path) -> None:
-    """MINIMAL metadata, and no snapshot or DDL in the files: ingest stops instead of inventing @N columns."""
-    from binlake.lake.decode_task import SchemaMissing
+    """MINIMAL metadata, and no snapshot or DDL in the files: the table is held back instead of inventing @N
+    columns (no history, no current table), naming the table and the position."""
+    from binlake.lake.holds import TablesHeldBack
 
     server = source
     write(server, ["CREATE TABLE nameless (id INT PRIMARY KEY, v INT)"])
     server.flush_logs()
     write(server, ["INSERT INTO nameless VALUES (1, 2)"])
     later = [str(f) for f in server.flush_logs()][-1:]
-    with pytest.raises(SchemaMissing, match="nameless"):
+    with pytest.raises(TablesHeldBack, match=r"ingest_db\.nameless: held back at mysql-bin\.\d+:\d+: SchemaMissing"):
         run_ingest(IngestOptions(lake=str(tmp_path / "lake"), files=later, databases={DB}))
+    assert not get_engine().exists(LakeLayout(str(tmp_path / "lake")).history_path(DB, "nameless"))
 
 
 def test_partial_row_images_are_refused_for_current_tables(source, tmp_path) -> None:
-    """binlog_row_image=MINIMAL logs only changed columns: the history keeps them, the current table refuses."""
-    from binlake.lake.ingest import PartialImages
+    """binlog_row_image=MINIMAL logs only changed columns: the history keeps them, the current table refuses (the
+    table is held back)."""
+    from binlake.lake.holds import TablesHeldBack
 
     server = source
     first_file = server.binlog_files()[-1].name
     write(server, ["CREATE TABLE slim (id INT PRIMARY KEY, a INT, b INT)", "INSERT INTO slim VALUES (1, 1, 1)",
                    "SET SESSION binlog_row_image = 'MINIMAL'", "UPDATE slim SET a = 2 WHERE id = 1"])
     files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
-    with pytest.raises(PartialImages, match="binlog_row_image=FULL"):
+    with pytest.raises(TablesHeldBack, match="binlog_row_image=FULL"):
         run_ingest(IngestOptions(lake=str(tmp_path / "lake"), files=files, databases={DB},
                                  tables=__import__("re").compile(r"\.slim$")))
     history = get_engine().read(LakeLayout(str(tmp_path / "lake")).history_path(DB, "slim"))

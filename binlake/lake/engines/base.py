@@ -73,11 +73,14 @@ class ColumnChange:
     position: int | None = None
     new_name: str | None = None
     converter: Callable[[pa.Array], pa.Array] | None = None
+    # add: the new column's values computed from the row (a record batch of the columns so far) instead of
+    # `default` (generated columns an ALTER adds: binlake.lake.generated)
+    compute: Callable[[pa.RecordBatch], pa.Array] | None = None
 
     @classmethod
     def add(cls, column: str, type: pa.DataType, default: pa.Scalar | None = None,
-            position: int | None = None) -> ColumnChange:
-        return cls("add", column, type=type, default=default, position=position)
+            position: int | None = None, compute: Callable[[pa.RecordBatch], pa.Array] | None = None) -> ColumnChange:
+        return cls("add", column, type=type, default=default, position=position, compute=compute)
 
     @classmethod
     def drop(cls, column: str) -> ColumnChange:

@@ -245,6 +245,23 @@ class DeltaRsEngine:
 
         return self._retry(attempt)
 
+    def properties(self, path: str) -> dict[str, str]:
+        """The table's properties (Delta metadata configuration)."""
+        return dict(self._dt(path).metadata().configuration)
+
+    def set_properties(self, path: str, props: dict[str, str]) -> bool:
+        """Set table properties (binlake's own `binlake.*` keys included) in a metadata-only commit, unless they
+        already hold these values. Returns whether it committed."""
+        from deltalake import CommitProperties
+
+        dt = self._dt(path)
+        have = dt.metadata().configuration
+        if all(have.get(k) == v for k, v in props.items()):
+            return False
+        dt.alter.set_table_properties(dict(props), raise_if_not_exists=False, commit_properties=CommitProperties(
+            custom_metadata={META_KEY: commit_meta("properties", [], keys=sorted(props))}))
+        return True
+
     def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
         check_batch(app_id, batch)
         changes = list(changes)

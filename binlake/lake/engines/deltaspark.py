@@ -317,6 +317,13 @@ class DeltaSparkEngine:
 
         return self._retry(attempt)
 
+    def properties(self, path: str) -> dict[str, str]:
+        return self._log.properties(path)
+
+    def set_properties(self, path: str, props: dict[str, str]) -> bool:
+        """Table properties as a metadata-only delta-rs commit (as the txn rollback of restore)."""
+        return self._log.set_properties(path, props)
+
     def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
         check_batch(app_id, batch)
         changes = list(changes)

@@ -45,8 +45,12 @@ def apply_changes(batch: pa.RecordBatch, changes: Sequence[ColumnChange]) -> pa.
         _check(change, names)
         if change.kind == "add":
             pos = len(fields) if change.position is None else change.position
+            if change.compute is not None:
+                values = change.compute(pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields)))
+            else:
+                values = _default_array(change, batch.num_rows)
             fields.insert(pos, pa.field(change.column, change.type))
-            arrays.insert(pos, _default_array(change, batch.num_rows))
+            arrays.insert(pos, values)
             continue
         i = names.index(change.column)
         if change.kind == "drop":
