@@ -220,9 +220,9 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                                    "query": rec.info.get("query"), "file_seq": file_seq, "ts": rec.ts})
             elif rec.kind == "table_error":
                 # A rows event of a table whose TABLE_MAP cannot be read (UnreadableTableMap, carrying db, table,
-                # file, pos). Until the batch can hold back that table alone, the batch stops here: its rows must
-                # not be skipped silently.
-                raise decoder.table_errors[-1]
+                # file, pos): that table alone is held back (binlake.lake.holds), its rows never skipped silently.
+                err = decoder.table_errors[-1]
+                hold(f"{err.db}.{err.table}", f"UnreadableTableMap: {err.reason}", err.pos)
     end = decoder.results[-1].end
     for skipped in decoder.skipped:  # the first event of each table the guard refused names the cause
         if skipped.reason != "rows event skipped" or skipped.table not in result.held:

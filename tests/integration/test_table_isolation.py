@@ -207,3 +207,26 @@ def test_a_table_whose_current_table_cannot_take_the_batch_is_restored_and_held_
         release_table(opts, f"{db}.conv")
     assert history(lake, db, "conv").num_rows == rows and lake_rows(lake, db, "conv") == before
     assert set(held_tables(BatchStore(str(lake)))) == {f"{db}.conv"}
+
+
+@pytest.mark.parametrize("bad_kind", ["unknown type with metadata", "impossible DATETIME2 fsp"])
+def test_an_unreadable_table_map_holds_back_only_its_table(tmp_path, bad_kind) -> None:
+    """A TABLE_MAP the decoder cannot read (binlake.binlog.errors.UnreadableTableMap, written with the project's
+    BinlogWriter, mixed with three readable tables inside the same transactions): only that table is held back."""
+    from tests.unit.test_table_map_errors import _write
+
+    path = tmp_path / "binlogs" / "mysql-bin.000001"
+    path.parent.mkdir()
+    written, bad_positions = _write(path, random.Random(bad_kind), bad_kind)
+    lake = tmp_path / "lake"
+    with pytest.raises(TablesHeldBack) as info:
+        run_ingest(IngestOptions(lake=str(lake), files=[str(path)]))
+    assert set(info.value.held) == {"shop.bad"}
+    hold = info.value.held["shop.bad"]
+    assert hold["error"].startswith("UnreadableTableMap") and hold["file"] == path.name
+    assert hold["pos"] == bad_positions[0]
+    for table, rows in written.items():
+        got = get_engine().read(LakeLayout(str(lake)).current_path("shop", table)).to_pylist()
+        assert sorted((r["id"], r["name"], int(r["n"])) for r in got) == sorted(tuple(r) for r in rows), table
+    assert not get_engine().exists(LakeLayout(str(lake)).current_path("shop", "bad"))
+    assert set(held_tables(BatchStore(str(lake)))) == {"shop.bad"}
