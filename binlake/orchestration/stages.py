@@ -78,14 +78,18 @@ def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | N
 
 
 def summary_dict(summary) -> dict[str, Any]:
-    """A RunSummary as data: the tables that changed (one Asset event each) and the lag."""
+    """A RunSummary as data: the tables that changed (one Asset event each), the lag, the tables held back (one
+    line each, binlake.lake.holds) and warnings."""
+    from ..lake.holds import held_line
+
     rows: dict[str, dict[str, int]] = {}
     for (table, op), n in summary.rows.items():
         rows.setdefault(table, {})[op] = n
     return {"batch": summary.batch, "files": list(summary.files), "rows": rows,
             "changed_tables": sorted(t for t, ops in rows.items() if sum(ops.values())),
             "history_only": list(summary.history_only), "lag_seconds": summary.lag_seconds,
-            "published_at": time.time()}
+            "held": {name: held_line(name, h) for name, h in sorted(getattr(summary, "held", {}).items())},
+            "warnings": list(getattr(summary, "warnings", [])), "published_at": time.time()}
 
 
 def jsonable(value: Any) -> Any:
