@@ -119,9 +119,12 @@ def test_vectors_land_as_float_lists(tmp_path, fixture_binlogs) -> None:
     assert vectors and all(len(v) == 3 for v in vectors)
 
 
-def test_ingest_stops_on_an_unreadable_table_map_without_writing(tmp_path) -> None:
-    """Until the lake can hold back one table alone, a batch with an unreadable TABLE_MAP stops with the typed
-    per-table error (db, table, file, pos) before anything is written: its rows are never dropped silently."""
+def test_an_unreadable_table_map_holds_back_only_its_table(tmp_path) -> None:
+    """A batch with an unreadable TABLE_MAP holds back that table alone (binlake.lake.holds): the typed per-table
+    error (db, table, file, pos) names it, nothing of it is written and never dropped silently, and the other
+    table of the same transaction is ingested."""
+    from binlake.lake.holds import TablesHeldBack
+
     path = tmp_path / "mysql-bin.000001"
     with BinlogWriter(str(path), timestamp=1_700_000_000) as w:
         good = w.define_table(1, "shop", "good", [column("int", "id", 0, False)], [0])
@@ -131,10 +134,12 @@ def test_ingest_stops_on_an_unreadable_table_map_without_writing(tmp_path) -> No
             tx.insert(good, [[1]])
             tx.insert(bad, [[1, b"\x00"]])
     lake = tmp_path / "lake"
-    with pytest.raises(UnreadableTableMap) as info:
+    with pytest.raises(TablesHeldBack) as info:
         run_ingest(IngestOptions(lake=str(lake), files=[str(path)]))
-    assert (info.value.db, info.value.table, info.value.file) == ("shop", "bad", path.name)
+    hold = info.value.held["shop.bad"]
+    assert set(info.value.held) == {"shop.bad"} and hold["file"] == path.name
+    assert hold["error"].startswith(UnreadableTableMap.__name__)
     layout = LakeLayout(str(lake))
-    assert str(layout.current_path("shop", "good")).startswith(str(lake))
-    assert not Path(layout.current_path("shop", "good")).exists()
-    assert not Path(layout.history_path("shop", "good")).exists()
+    assert get_engine().read(layout.current_path("shop", "good")).column("id").to_pylist() == [1]
+    assert not Path(layout.current_path("shop", "bad")).exists()
+    assert not Path(layout.history_path("shop", "bad")).exists()
