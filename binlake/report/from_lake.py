@@ -19,8 +19,8 @@ from ..lake.control import ControlTable
 from ..lake.engines import get_engine
 from ..lake.layout import LakeLayout
 from ..lake.query import lake_tables
+from .charts import fmt_duration
 from .model import ReportData, Series, TxnRow
-from .svg import fmt_duration
 
 COLUMNS = ["_op", "_commit_ts", "_batch_id", "_binlog_file", "_txn_pos", "_pos"]
 

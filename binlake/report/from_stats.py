@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .charts import fmt_duration
 from .model import ReportData, Series, TxnRow
-from .svg import fmt_duration
 
 
 def _txn(t: dict[str, Any], measure: float) -> TxnRow:

@@ -1,10 +1,15 @@
-"""The report page: one HTML file with its styles and SVG charts inline (no script, no external resource)."""
+"""The report page: one HTML file with its styles, its data and the chart scripts inline. The charts are Vega-Lite
+specifications (binlake/report/charts.py) drawn by vega-embed; the Vega, Vega-Lite and vega-embed scripts come
+from the vl-convert-python package and are written into the page, so it opens without a network."""
 
 from __future__ import annotations
 
+import functools
+import json
 from html import escape
+from typing import Any
 
-from . import svg
+from . import charts
 from .model import ReportData
 
 STYLE = """
@@ -20,27 +25,41 @@ p.sub, p.note { color: #57606a; margin: 0 0 10px; }
 .fact span { color: #57606a; font-size: 12px; }
 section.chart { background: #fff; border: 1px solid #d8dee4; border-radius: 8px; padding: 14px 16px 10px;
                 margin: 14px 0; }
-.chart-svg text { font-family: inherit; }
-.chart-svg .tick { font-size: 11px; fill: #57606a; }
-.chart-svg .axis { font-size: 12px; fill: #57606a; }
-.chart-svg .value { font-size: 11px; fill: #1f2328; }
-.chart-svg .empty { font-size: 15px; fill: #8a9099; }
-.chart-svg .mark:hover { opacity: 0.75; }
-.legend { margin: 4px 0 0 60px; font-size: 12px; }
-.legend .key { display: inline-block; margin: 0 14px 4px 0; }
-.legend i { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 5px;
-            vertical-align: -1px; }
+.vis { width: 100%; }
 table { border-collapse: collapse; width: 100%; background: #fff; font-size: 13px; }
 th, td { border-bottom: 1px solid #e3e6ea; padding: 5px 8px; text-align: left; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 footer { color: #8a9099; font-size: 12px; margin-top: 24px; }
 """
 
+# Draws every chart of the page (specs in the #binlake-charts JSON block) into its section's .vis element; the
+# body's data-charts tells when they are drawn (or why not).
+DRAW = """
+const specs = JSON.parse(document.getElementById("binlake-charts").textContent);
+Promise.all(Object.entries(specs).map(([id, spec]) =>
+  vegaEmbed("#" + id + " .vis", spec, {renderer: "svg", actions: false})))
+  .then(() => { document.body.dataset.charts = "drawn"; })
+  .catch((err) => { document.body.dataset.charts = "failed: " + err; });
+"""
 
-def _section(chart_id: str, title: str, note: str, body: str) -> str:
+
+@functools.cache
+def chart_script() -> str:
+    """vega-embed with Vega and Vega-Lite (the version altair writes) and DRAW, bundled into one module script."""
+    import altair as alt
+    import vl_convert
+
+    version = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    script = vl_convert.javascript_bundle(DRAW, vl_version=version)
+    if "</script" in script.lower():  # cannot happen with today's bundle; would end the element early
+        raise RuntimeError("the Vega bundle contains '</script' and cannot be inlined")
+    return script
+
+
+def _section(chart_id: str, title: str, note: str) -> str:
     note_html = f'<p class="note">{escape(note)}</p>' if note else ""
     return (f'<section class="chart" id="{chart_id}" data-chart="{chart_id}"><h2>{escape(title)}</h2>{note_html}'
-            f"{body}</section>")
+            f'<div class="vis"></div></section>')
 
 
 def _table(title: str, header: list[str], rows: list[list[str]], numeric: set[int]) -> str:
@@ -51,29 +70,36 @@ def _table(title: str, header: list[str], rows: list[list[str]], numeric: set[in
             f"<tbody>{body}</tbody></table></section>")
 
 
+def _json_in_html(value: Any) -> str:
+    """JSON that cannot end its <script> element ("</" written as "<\\/", still the same JSON)."""
+    return json.dumps(value, separators=(",", ":"), default=str).replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
 def render_html(data: ReportData) -> str:
     facts = "".join(f'<div class="fact"><b>{escape(v)}</b><span>{escape(k)}</span></div>' for k, v in data.facts)
-    parts = [
-        _section("chart-volume", "Row changes per table over time", "Stacked by table; hover a bar for the figure.",
-                 svg.stacked_bars(data.volume, "volume", "row changes per table over time", "row changes")),
-        _section("chart-tps", "Transactions per second", "Mean over each bucket, by commit time.",
-                 svg.lines(data.transactions, "tps", "transactions per second", "transactions/s")),
-        _section("chart-largest", data.largest_title, "",
-                 svg.ranked_bars(data.largest, "largest", data.largest_title, "rows")),
-        _section("chart-longest", data.longest_title, "",
-                 svg.ranked_bars(data.longest, "longest", data.longest_title, data.longest_unit)),
-        _section("chart-lag", data.lag_title, data.lag_note,
-                 svg.lines(data.lag, "lag", data.lag_title, "seconds")),
-    ]
+    specs = {
+        "chart-volume": ("Row changes per table over time", "Stacked by table; hover a bar for the figure.",
+                         charts.stacked_bars(data.volume, "row changes")),
+        "chart-tps": ("Transactions per second", "Mean over each bucket, by commit time.",
+                      charts.lines(data.transactions, "transactions/s")),
+        "chart-largest": (data.largest_title, "", charts.ranked_bars(data.largest, "rows")),
+        "chart-longest": (data.longest_title, "", charts.ranked_bars(data.longest, data.longest_unit)),
+        "chart-lag": (data.lag_title, data.lag_note, charts.lines(data.lag, "seconds")),
+    }
+    parts = [_section(chart_id, title, note) for chart_id, (title, note, _) in specs.items()]
     table_rows = [[t, f"{i:,}", f"{u:,}", f"{d:,}", f"{i + u + d:,}"] for t, i, u, d in data.tables]
     parts.append(_table("Row changes per table", ["table", "inserts", "updates", "deletes", "total"], table_rows,
                         {1, 2, 3, 4}))
     for title, header, rows in data.extra:
         parts.append(_table(title, header, rows, set()))
+    spec_json = _json_in_html({chart_id: spec for chart_id, (_, _, spec) in specs.items()})
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(data.title)}</title><style>{STYLE}</style></head>\n"
             f'<body><main><h1>{escape(data.title)}</h1><p class="sub">{escape(data.subtitle)}</p>'
             f'<div class="facts">{facts}</div>\n' + "\n".join(parts) +
-            "\n<footer>Generated by binlake. Self-contained: no scripts, no external resources.</footer>"
-            "</main></body></html>\n")
+            "\n<footer>Generated by binlake. Self-contained: the chart scripts (Vega, Vega-Lite, vega-embed) and "
+            "data are in this file; it needs no network.</footer></main>\n"
+            f'<script type="application/json" id="binlake-charts">{spec_json}</script>\n'
+            f'<script type="module">{chart_script()}</script>\n'
+            "</body></html>\n")

@@ -1,14 +1,16 @@
-"""`binlake stats --html` and `binlake report --lake`: one self-contained HTML page with SVG charts.
+"""`binlake stats --html` and `binlake report --lake`: one self-contained HTML page with altair (Vega-Lite) charts.
 
 A real MariaDB writes a workload whose commit times are spread over minutes (SET timestamp), binlake reads the
-files (stats) and ingests them into a Delta lake (two batches); the pages are rendered in headless Chromium,
-which must draw them (coloured chart pixels in every chart section of the screenshot) and whose DOM must hold the
-charts with the figures of the input. Skips when chromium is not installed.
+files (stats) and ingests them into a Delta lake (two batches); the pages are rendered in headless Chromium with
+its network off (every host name fails to resolve, every proxied request goes nowhere), which must run the inlined
+Vega scripts and draw the charts (coloured chart pixels in every chart section of the screenshot) and whose DOM
+must hold the charts' marks with the figures of the input. Skips when chromium is not installed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -20,7 +22,7 @@ import pytest
 
 from binlake.cli import main
 from binlake.lake.ingest import IngestOptions, run_ingest
-from binlake.report.svg import PALETTE
+from binlake.report.charts import PALETTE
 
 DB = "report_db"
 BASE = 1_700_000_000  # 2023-11-14T22:13:20Z
@@ -113,6 +115,10 @@ def run_chromium(page: Path, tmp: Path, *mode: str) -> subprocess.CompletedProce
     cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            "--hide-scrollbars", f"--user-data-dir={tmp / 'chromium-profile'}", f"--window-size={SCREEN_W},{SCREEN_H}",
+           # no network: nothing resolves and every request would go to a closed local port
+           "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+           # let the page's scripts finish (virtual time runs until nothing is pending, up to this many ms)
+           "--virtual-time-budget=30000",
            *mode, page.resolve().as_uri()]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -182,26 +188,44 @@ def chart_bands(pixels: list[list[tuple[int, int, int]]]) -> list[tuple[int, int
     return [b for b in bands if b[1] - b[0] >= 10]
 
 
+MARK_KINDS = {"mark-rect": "rect", "mark-line": "line", "mark-symbol": "symbol"}
+
+
 class Dom(HTMLParser):
-    """Sections by data-chart with their marks, plus every tag and attribute seen."""
+    """Sections by data-chart with the marks Vega drew in them (one path per bar, line or point inside the groups
+    of class `mark-rect`/`mark-line`/`mark-symbol` and `role-mark`), plus every tag, URL attribute and text."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sections: dict[str, dict[str, int]] = {}
         self.current: str | None = None
+        self.groups: list[str | None] = []  # the mark kind of each open <g> (None: not a data mark group)
         self.tags: set[str] = set()
         self.urls: list[str] = []
         self.text: list[str] = []
+        self.body: dict[str, str | None] = {}
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         self.tags.add(tag)
-        self.urls += [v for k, v in attrs if k in ("src", "href") and v]
+        self.urls += [v for k, v in attrs if k in ("src", "href", "xlink:href") and v]
+        if tag == "body":
+            self.body = a
         if tag == "section" and a.get("data-chart"):
             self.current = a["data-chart"]
-            self.sections[self.current] = {"rect": 0, "polyline": 0, "circle": 0}
-        if self.current and (tag == "circle" or "mark" in (a.get("class") or "").split()):
-            self.sections[self.current][tag] = self.sections[self.current].get(tag, 0) + 1
+            self.sections[self.current] = {"rect": 0, "line": 0, "symbol": 0}
+        if tag == "g":
+            classes = (a.get("class") or "").split()
+            self.groups.append(next((k for c, k in MARK_KINDS.items() if c in classes), None)
+                               if "role-mark" in classes else None)
+        elif tag == "path" and self.current and self.groups and self.groups[-1]:
+            self.sections[self.current][self.groups[-1]] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "g" and self.groups:
+            self.groups.pop()
+        if tag == "section":
+            self.current = None
 
     def handle_data(self, data):
         self.text.append(data)
@@ -210,13 +234,18 @@ class Dom(HTMLParser):
 def dump_dom(page: Path, tmp: Path) -> Dom:
     dom = Dom()
     dom.feed(run_chromium(page, tmp, "--dump-dom").stdout)
+    assert dom.body.get("data-charts") == "drawn", dom.body  # vega-embed drew every chart, offline
     return dom
 
 
 def assert_self_contained(html: str) -> None:
-    assert "<script" not in html.lower()
-    assert "url(" not in html and "@import" not in html
-    assert html.count("http") == html.count("http://www.w3.org/2000/svg")  # only the SVG namespace
+    """The Vega scripts and the data are in the page: no script, style or image is loaded from anywhere."""
+    lower = html.lower()
+    assert lower.count("<script") == 2  # the charts' JSON and the bundled Vega/Vega-Lite/vega-embed module
+    assert '<script type="application/json" id="binlake-charts">' in html and '<script type="module">' in html
+    markup = re.sub(r"<script\b[^>]*>.*?</script>", "<script></script>", lower, flags=re.S)  # the page's own tags
+    assert not re.search(r"<[a-z]+\b[^>]*\b(src|href)=", markup)
+    assert "url(" not in markup and "@import" not in markup
 
 
 CHARTS = {"chart-volume", "chart-tps", "chart-largest", "chart-longest", "chart-lag"}
@@ -247,9 +276,9 @@ def test_stats_html_draws_every_chart(workload, tmp_path, capsys) -> None:
     assert set(dom.sections) == CHARTS
     nonzero = sum(1 for vals in series["tables"].values() for v in vals if v)
     assert dom.sections["chart-volume"]["rect"] == nonzero  # one stacked segment per table and bucket
-    assert dom.sections["chart-tps"]["polyline"] == 1 and dom.sections["chart-tps"]["circle"] == series["buckets"]
+    assert dom.sections["chart-tps"]["line"] == 1 and dom.sections["chart-tps"]["symbol"] == series["buckets"]
     assert dom.sections["chart-largest"]["rect"] == 10 and dom.sections["chart-longest"]["rect"] == 10
-    assert dom.sections["chart-lag"]["polyline"] == 2
+    assert dom.sections["chart-lag"]["line"] == 2
     text = " ".join(dom.text)
     assert f"{DB}.orders" in text and "Largest transactions" in text and "Commit delay" in text
     assert not dom.urls
@@ -275,7 +304,7 @@ def test_lake_report_for_one_batch(workload, tmp_path) -> None:
     assert set(dom.sections) == CHARTS
     assert dom.sections["chart-volume"]["rect"] > 20
     assert dom.sections["chart-largest"]["rect"] == 10
-    assert dom.sections["chart-lag"]["polyline"] == 2
+    assert dom.sections["chart-lag"]["line"] == 2
     text = " ".join(dom.text)
     assert "Ingest lag" in text and "Files (control table)" in text and "merged" in text
     bands = chart_bands(screenshot(page, tmp_path))
