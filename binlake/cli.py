@@ -829,14 +829,16 @@ def guarded(work, debug: bool = False) -> int:
         code = exit_code_for(exc)
         if debug:
             traceback.print_exc()
+        from .terminal import print_error
+
         try:
             if code == ExitCode.INTERNAL:
-                print(f"binlake: internal error: {type(exc).__name__}: {_one_line(exc)} (re-run with --debug or "
-                      "BINLAKE_DEBUG=1 for the traceback)", file=sys.stderr)
+                print_error("binlake: internal error:", f"{type(exc).__name__}: {_one_line(exc)} (re-run with --debug "
+                            "or BINLAKE_DEBUG=1 for the traceback)")
             elif isinstance(exc, BinlogError) or type(exc).__module__.startswith("binlake.quality"):
-                print(f"binlake: error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+                print_error("binlake: error:", f"{type(exc).__name__}: {_one_line(exc)}")
             else:
-                print(f"binlake: error: {_one_line(exc)}", file=sys.stderr)
+                print_error("binlake: error:", _one_line(exc))
         except BrokenPipeError:
             pass
         return code

@@ -11,14 +11,14 @@ as before; rich's own columns are decimal and use a sliding-window rate).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import TextIO
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task
 from rich.text import Text
+
+from .terminal import stderr_console, write_line
 
 UNITS = ("B", "KB", "MB", "GB", "TB")
 
@@ -30,16 +30,6 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
-
-
-def stderr_console(stream: TextIO | None = None, tty: bool | None = None) -> Console:
-    """A rich Console on `stream` (stderr by default) that writes text as given: no markup, highlighting, emoji or
-    wrapping, and no control codes unless it is a terminal (`tty`, by default the stream's isatty())."""
-    if tty is None:
-        target = stream if stream is not None else sys.stderr
-        tty = bool(getattr(target, "isatty", lambda: False)())
-    return Console(file=stream, stderr=stream is None, force_terminal=tty, markup=False, highlight=False,
-                   emoji=False, soft_wrap=True)
 
 
 class _LineColumn(ProgressColumn):
@@ -115,7 +105,7 @@ class ProgressBar:
 
     def note(self, message: str) -> None:
         """A message line; on a terminal it is printed above the bar, which is redrawn after it."""
-        self.console.print(message)
+        write_line(self.console, message)
 
     def finish(self) -> None:
         """The work completed: count it all done, then close."""
@@ -166,7 +156,7 @@ class ProgressBar:
             else:
                 self._progress.refresh()
         else:
-            self.console.print(self.text())
+            write_line(self.console, self.text())
         self._drawn = True
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
+
 from binlake.progress import FilePositions, ProgressBar, human_bytes
 
 
@@ -60,7 +62,15 @@ def _screen(output: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def test_terminal_bar_redraws_in_place_and_notes_do_not_break_it() -> None:
+@pytest.fixture
+def terminal_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A colour terminal as rich sees it (its colour and dumb-terminal choices come from the environment)."""
+    monkeypatch.setenv("TERM", "xterm-256color")
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_terminal_bar_redraws_in_place_and_notes_do_not_break_it(terminal_env) -> None:
     clock, out = Clock(), io.StringIO()
     bar = ProgressBar("bootstrap", total=4, unit="chunks", stream=out, tty=True, every=0.1, clock=clock, width=8)
     clock.now += 1
@@ -80,16 +90,35 @@ def test_terminal_bar_redraws_in_place_and_notes_do_not_break_it() -> None:
     assert text.endswith("\n\x1b[?25h")  # the bar ends its line and the cursor is shown again
 
 
-def test_plain_mode_writes_no_control_codes_and_no_markup() -> None:
+def test_plain_mode_writes_lines_as_given() -> None:
+    """No control codes, markup, emoji, wrapping or tab expansion off a terminal."""
     clock, out = Clock(), io.StringIO()
     bar = ProgressBar("decode [x]", total=1 << 40, stream=out, tty=False, every=0, clock=clock)
-    bar.note("[ingest] hello :smile: https://example.invalid/" + "y" * 200)
+    bar.note("[ingest] hello :smile:\t[bold]x[/bold] https://example.invalid/" + "y" * 200)
     clock.now += 3
     bar.update(1 << 39)
     bar.close()
     assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
     line = "decode [x]: 512.0 GB / 1.0 TB (50%) 170.7 GB/s ETA 3s"
-    assert out.getvalue().splitlines() == ["[ingest] hello :smile: https://example.invalid/" + "y" * 200, line, line]
+    assert out.getvalue().splitlines() == ["[ingest] hello :smile:\t[bold]x[/bold] https://example.invalid/" + "y" * 200,
+                                           line, line]
+
+
+def test_error_lines_are_plain_off_a_terminal_and_styled_on_one(terminal_env) -> None:
+    from binlake.terminal import print_error
+
+    plain = io.StringIO()
+    print_error("binlake: error:", "cannot read [x]\t:smile: binlog.000001: No such file", plain)
+    assert plain.getvalue() == "binlake: error: cannot read [x]\t:smile: binlog.000001: No such file\n"
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Terminal()
+    print_error("binlake: error:", "cannot read [x]", tty)
+    assert tty.getvalue().startswith("\x1b[1;31mbinlake: error:\x1b[0m cannot read [x]")
+    assert _screen(tty.getvalue()) == ["binlake: error: cannot read [x]"]
 
 
 def test_unknown_total_and_sizes() -> None:
