@@ -355,6 +355,12 @@ class _FileState:
         if t.pos is not None and not self.in_payload:
             t.bytes += ev.size
         rows_info = ROWS_EVENTS.get(etype)
+        if etype in _PRE_V4_TYPES:
+            raise CorruptEvent(f"{event_name(etype)} event (MySQL 4.x LOAD DATA) in a version-4 binlog", self.name,
+                               ev.pos)
+        if etype in (EventType.IGNORABLE, EventType.ROWS_QUERY) and not is_ignorable(ev.flags):
+            raise CorruptEvent(f"{event_name(etype)} event without the ignorable flag its servers always set",
+                               self.name, ev.pos)
         if self.check_order and self.stream.local_positions:
             self._check_order(ev, etype, rows_info is not None)
         if rows_info is not None:
@@ -437,11 +443,6 @@ class _FileState:
             self._gtid_pending = None
         if etype == EventType.XID and self.txn.pos is None:
             raise CorruptEvent("XID event ends no transaction (nothing since the last commit)", name, pos)
-        if etype in (EventType.IGNORABLE, EventType.ROWS_QUERY) and not is_ignorable(ev.flags):
-            raise CorruptEvent(f"{event_name(etype)} event without the ignorable flag its servers always set", name,
-                               pos)
-        if etype in _PRE_V4_TYPES:
-            raise CorruptEvent(f"{event_name(etype)} event (MySQL 4.x LOAD DATA) in a version-4 binlog", name, pos)
 
     def _other(self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int) -> Iterator[EventRecord]:
         want = self.opts.all_events
@@ -519,6 +520,8 @@ class _FileState:
                 yield self._record("begin", ev, sub, database=q.database)
             return
         if kind in ("commit", "rollback") or (kind == "xa" and re.match(r"\s*XA\s+(COMMIT|ROLLBACK)", q.query, re.I)):
+            if kind == "commit" and t.pos is None and self.check_order and self.stream.local_positions:
+                raise CorruptEvent("COMMIT ends no transaction (nothing since the last commit)", self.name, ev.pos)
             self._start_txn(ev.pos, ev.timestamp)
             yield from self._end_txn(kind if kind != "xa" else "commit", ev, sub, query=q.query)
             return
