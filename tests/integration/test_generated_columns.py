@@ -131,3 +131,32 @@ def test_generated_and_invisible_columns_equal_the_server_across_alters(mariadb_
         k: {c: x for c, x in r.items() if c != "u"} for k, r in expected.items()}
     assert [f.name for f in DeltaTable(path).schema().fields][:10] == columns(server, db)[:10]
     assert get_engine().read(LakeLayout(str(lake)).current_path(db, "other")).num_rows == 1
+
+
+@pytest.mark.parametrize("metadata", ["FULL", "MINIMAL"])
+def test_what_the_binlog_carries_for_generated_and_invisible_columns(mariadb_servers, fresh_database,
+                                                                     metadata) -> None:
+    """The facts the lake relies on, read back from the real server's binlog: with binlog_row_image=FULL every
+    image holds STORED, VIRTUAL and INVISIBLE columns with the values the server computed; with MINIMAL an insert
+    leaves out the VIRTUAL column and the columns it did not set (so such images are partial)."""
+    from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
+    from binlake.binlog.records import RowChange
+    from binlake.binlog.rows import ABSENT
+
+    server = mariadb_servers.get(metadata)
+    db = fresh_database(server)
+    write(server, db, ["CREATE TABLE f (id INT PRIMARY KEY, a INT, s INT AS (a * 2) STORED, "
+                       "v INT AS (a + 1) VIRTUAL, h INT INVISIBLE DEFAULT 7)"])
+    server.flush_logs()
+    first = server.binlog_files()[-1].name
+    write(server, db, ["INSERT INTO f (id, a) VALUES (1, 5)", "UPDATE f SET a = 6 WHERE id = 1",
+                       "SET SESSION binlog_row_image = 'MINIMAL'", "INSERT INTO f (id, a) VALUES (2, 8)"])
+    files = [str(f) for f in server.flush_logs() if f.name >= first]
+    changes = [c for c in BinlogDecoder(DecodeOptions(databases={db})).decode_files(files)
+               if isinstance(c, RowChange)]
+    full_insert, update, minimal_insert = changes
+    assert len(full_insert.table.columns) == 5  # the TABLE_MAP lists every column, generated and invisible ones
+    assert list(full_insert.after) == [1, 5, 10, 6, 7]
+    assert list(update.before) == [1, 5, 10, 6, 7] and list(update.after) == [1, 6, 12, 7, 7]
+    after = list(minimal_insert.after)
+    assert after[:3] == [2, 8, 16] and after[3] is ABSENT and after[4] is ABSENT
