@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-KINDS = ("task_failed", "dq_gate_failed", "lag_beyond_sla")
+KINDS = ("task_failed", "dq_gate_failed", "lag_beyond_sla", "table_held_back")
 
 
 @dataclass
@@ -34,6 +34,14 @@ class PipelineAlert:
 
     def payload(self) -> dict[str, Any]:
         return {"event": f"binlake.{self.kind}", "summary": self.summary, **asdict(self)}
+
+
+def held_alert(instance: str, interval: tuple[str | None, str | None], table: str, line: str,
+               **context: Any) -> PipelineAlert:
+    """A table held back by the batch (binlake.lake.holds): the others were published; release it after the fix."""
+    return PipelineAlert("table_held_back", instance, interval,
+                         f"{line}; every other table was published; fix the cause, then `binlake quarantine "
+                         f"release {table}`", table=table, **context)
 
 
 def lag_alert(instance: str, interval: tuple[str | None, str | None], lag_seconds: float, sla_minutes: int,

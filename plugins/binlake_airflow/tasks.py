@@ -171,11 +171,26 @@ def publish(config: str, state: dict[str, Any], *, outlet_events=None) -> dict[s
                 table_asset(cfg, table), extra={"instance": state["instance"], "batch": summary["batch"],
                                                 "rows": summary["rows"].get(table, {})})
         log.info("%s: published batch %s: %s", state["instance"], summary["batch"], summary["rows"])
+        if summary.get("held"):
+            alert_held(cfg, state["instance"], summary["held"])
         if summary.get("lag_seconds") is not None:
             newest = datetime.fromtimestamp(summary["published_at"] - summary["lag_seconds"], UTC)
             record_newest_change(cfg, state["instance"], newest)
     state["lag_seconds"] = check_lag(cfg, state["instance"])
     return state
+
+
+def alert_held(cfg: DeploymentConfig, instance: str, held: dict[str, str]) -> None:
+    """One alert per table the batch held back (binlake.lake.holds); the task itself succeeds (the batch is
+    published for every other table)."""
+    from binlake.orchestration.alerts import held_alert
+
+    from .notifiers import deliver, interval_of, task_context
+
+    ctx = get_current_context()
+    for table, line in sorted(held.items()):
+        log.warning("%s: %s", instance, line)
+        deliver(cfg.alerts, held_alert(instance, interval_of(ctx), table, line, **task_context(ctx)), ctx)
 
 
 def check_lag(cfg: DeploymentConfig, instance: str) -> float | None:
