@@ -142,6 +142,9 @@ def test_a_table_the_schema_does_not_describe_is_held_back_alone_then_released(m
     assert lake_rows(lake, db, "good") == server_rows(server, db, "good")
     holds = held_tables(BatchStore(str(lake)))
     assert set(holds) == {f"{db}.bad"} and holds[f"{db}.bad"]["since"] == 0
+    assert main(["quarantine", "list", "--lake", str(lake)]) == 0
+    listed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("table ")]
+    assert len(listed) == 1 and listed[0].startswith(f"table {db}.bad: held back at {hold['file']}:{hold['pos']}")
     assert len({p["file"] for p in holds[f"{db}.bad"]["pieces"]}) >= 2
 
     # Releasing before the fix holds it again, with the same pieces and still no rows.
