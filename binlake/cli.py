@@ -395,7 +395,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     from .lake.query import run_query
 
-    table = run_query(args.lake, args.sql, engine=args.engine, dropped=args.dropped)
+    table = run_query(args.lake, args.sql, dropped=args.dropped)
     if not table.num_rows:
         print("(no rows)")
         return 0
@@ -585,7 +585,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("query", help="SQL over the lake's tables (db.table, db.table__history)")
     p.add_argument("--lake", required=True)
-    p.add_argument("--engine", default=None, choices=ENGINES)
     p.add_argument("--dropped", action="store_true", help="also dropped and renamed-away tables and every history "
                    "generation of a re-used name (db.t__history__g1, ...); _binlake.catalog lists them")
     p.add_argument("sql")

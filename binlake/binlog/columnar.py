@@ -27,10 +27,12 @@ from typing import Any
 from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .constants import RowsKind
+from .jsonb import decode_jsonb_text
 from .packing import BodyError
 from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, timestamp_base
 from .tablemap import Column, TableMap
 from .values import (
+    ABSENT,
     MARIA_DATETIME_BYTES,
     MARIA_TIME_BYTES,
     MARIA_TIMESTAMP_BYTES,
@@ -300,8 +302,6 @@ def plan_column(col: Column, bit: int) -> _Col:
         vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
         return _Col(col.index, bit, None, 1 if width < 256 else 2, vec, one)
     if t == T.JSON:
-        from .jsonb import decode_jsonb_text
-
         vec, one = _mapped(decode_jsonb_text)
         return _Col(col.index, bit, None, _var_prefix(col), vec, one)
     if t in (T.GEOMETRY, T.VECTOR):
@@ -642,8 +642,6 @@ class EventPlan:
                         reuse[c.index] = (fields, vals)
             i += k
         if self.absent:
-            from .rows import ABSENT
-
             for a in self.absent:
                 out[a] = [ABSENT] * n
         for j, vals in enumerate(out):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .charsets import decode_text
 from .constants import EventType
@@ -154,13 +154,6 @@ class XaPrepareEvent:
     one_phase: bool
     format_id: int
     xid: bytes
-
-
-@dataclass
-class OpaqueEvent:
-    """Events kept as raw bytes (LOAD DATA blocks, group replication, unknown ignorable events)."""
-
-    data: bytes = field(repr=False, default=b"")
 
 
 # -- status variables ------------------------------------------------------------------------------------

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any, TextIO
 
 from .charsets import BINARY, charset_of, codec_of, encode_mysql_latin1
 from .constants import ColumnType as T
 from .records import OP_DELETE, OP_INSERT, OP_UPDATE, EventRecord, RowChange
-from .rows import ABSENT, JsonPatch
+from .rows import JsonPatch
 from .tablemap import Column, TableMap
+from .values import ABSENT
 
 _F32 = struct.Struct("<f")
 
@@ -465,8 +466,3 @@ def write_rollback(records: Iterable[RowChange | EventRecord], out: TextIO) -> i
             out.write(spool.read(end - start).decode())
             end = start
     return len(offsets)
-
-
-def iter_sql(records: Iterable[RowChange]) -> Iterator[str]:
-    for r in records:
-        yield forward_sql(r)

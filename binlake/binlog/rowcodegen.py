@@ -17,7 +17,7 @@ from typing import Any
 from .charsets import BINARY, codec_of, decoder_for
 from .constants import ColumnType as T
 from .tablemap import Column, TableMap
-from .values import ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text, wrapped_value
+from .values import ABSENT, ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text, wrapped_value
 
 _gmtime = time.gmtime
 _ts_cache: dict[int, str] = {}
@@ -353,8 +353,6 @@ def compile_image_decoder(table: TableMap, present: int, version: int = 2) -> Ca
     Each NULL pattern seen gets its own straight-line function (up to MAX_NULL_PATTERNS; beyond that a general
     one that tests every bit). The returned dispatcher reads the NULL bitmap and calls the right one.
     """
-    from .rows import ABSENT
-
     cols = [c for c in table.columns if present >> c.index & 1]
     ncols = len(table.columns)
     shift = 1 if version == 0 else 0

@@ -12,31 +12,17 @@ from .constants import ColumnType as T
 from .constants import EventType, RowsKind, TableMapMeta
 from .events import maria_uncompress
 from .fde import FormatDescription
+from .jsonb import apply_json_diffs, decode_jsonb, parse_json_diffs, to_json_text
 from .packing import BodyError, need, packed_int, take
 from .rowcodegen import compile_image_decoder
 from .tablemap import Column, TableMap, character_types, signedness_types
-from .values import ValueError_, column_decoder, string_real_type
+from .values import ABSENT, ValueError_, column_decoder, string_real_type
 
 U16 = struct.Struct("<H")
 COLUMNAR = True  # decode whole events column by column (columnar.py); False: row by row (rowcodegen.py)
 # Larger rows events (a raised binlog_row_event_max_size) go row by row: one struct format and one tuple of all
 # their fields would hold several copies of the event at once.
 COLUMNAR_MAX_BYTES = 4 << 20
-
-
-class _Absent:
-    """Marks a column that is not part of a row image (minimal row images, NDB partial rows)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-ABSENT: Any = _Absent()
 
 
 class JsonPatch:
@@ -49,8 +35,6 @@ class JsonPatch:
         self.diffs = diffs
 
     def as_list(self) -> list[dict]:
-        from .jsonb import to_json_text
-
         out = []
         for d in self.diffs:
             item = {"op": d.op.name.lower(), "path": d.path}
@@ -351,8 +335,6 @@ class RowImageDecoder:
     def structured_decoders(self) -> list:
         """Decoders that keep JSON as a structure (needed to apply partial JSON diffs)."""
         if self._structured is None:
-            from .jsonb import decode_jsonb
-
             out = list(self.decoders)
             for i in self.json_indexes:
                 prefix = self.table.columns[i].meta or 4
@@ -463,8 +445,6 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple] | ColumnarPa
 
 def _iter_partial(ev: RowsEvent, dec: RowImageDecoder) -> Iterator[tuple[list, list]]:
     """PARTIAL_UPDATE_ROWS: the after image may hold JSON diffs to apply to the before image's documents."""
-    from .jsonb import apply_json_diffs, parse_json_diffs, to_json_text
-
     buf, off, end, ncols = ev.buf, ev.rows_start, ev.rows_end, dec.ncols
     decoders = dec.structured_decoders()
     cols = dec.table.columns

@@ -7,7 +7,6 @@ length, post-header lengths). Reads may return any number of bytes; events are o
 from __future__ import annotations
 
 import gzip
-import io
 import struct
 import zlib
 from collections.abc import Iterator
@@ -77,9 +76,6 @@ class RawEvent:
     @property
     def end_pos(self) -> int:
         return self.pos + self.size
-
-    def body_bytes(self) -> bytes:
-        return bytes(self.buf[self.body : self.body_end])
 
 
 _GZIP_PIECE = 1 << 16
@@ -408,7 +404,3 @@ def _type_name(code: int) -> str:
 
 def is_ignorable(flags: int) -> bool:
     return bool(flags & LOG_EVENT_IGNORABLE_F)
-
-
-def stream_from_bytes(data: bytes, name: str = "<bytes>", **kwargs) -> EventStream:
-    return EventStream(io.BytesIO(data), name=name, **kwargs)

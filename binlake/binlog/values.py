@@ -24,6 +24,7 @@ from typing import Any
 
 from .charsets import BINARY, decoder_for
 from .constants import ColumnType as T
+from .jsonb import decode_jsonb_text
 from .tablemap import Column
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
@@ -115,11 +116,6 @@ INTEGER_SIZES = {T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8}
 
 
 # -- DECIMAL ----------------------------------------------------------------------------------------------
-
-
-def decimal_size(precision: int, scale: int) -> int:
-    intg = precision - scale
-    return (intg // 9) * 4 + DIG2BYTES[intg % 9] + (scale // 9) * 4 + DIG2BYTES[scale % 9]
 
 
 def decimal_groups(precision: int, scale: int) -> tuple[list[tuple[int, int]], int, int]:
@@ -414,9 +410,22 @@ def make_set(size: int, labels: list[str] | None) -> Decoder:
     return dec
 
 
-def make_json(prefix: int) -> Decoder:
-    from .jsonb import decode_jsonb_text
+class _Absent:
+    """Marks a column that is not part of a row image (minimal row images, NDB partial rows)."""
 
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT: Any = _Absent()
+
+
+def make_json(prefix: int) -> Decoder:
     def dec(buf, off):
         n = int.from_bytes(buf[off : off + prefix], "little")
         start = off + prefix

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any, BinaryIO
 
-from .charsets import codec_of, decode_mysql_latin1, encode_mysql_latin1
+from .charsets import COLLATION_IDS, charset_of, codec_of, decode_mysql_latin1, encode_mysql_latin1
 from .constants import (
     BINARY_COLLATION,
     BINLOG_CHECKSUM_ALG_CRC32,
@@ -53,6 +53,7 @@ from .constants import (
 from .constants import ColumnType as T
 from .constants import EventType as E
 from .constants import TableMapMeta as M
+from .jsonb import encode_jsonb
 from .packing import encode_packed_int
 from .tablemap import Column, TableMap, character_types, signedness_types
 
@@ -294,8 +295,6 @@ def _charset_clause(rest: str, text: str) -> tuple[int | None, str]:
         rest = rest[: m.start()] + rest[m.end() :]
     m = re.search(r"\bcollate\s+(\w+)", rest, re.I)
     if m:
-        from .charsets import COLLATION_IDS
-
         name = m[1].lower()
         coll = COLLATION_IDS.get(name, COLLATION_IDS.get(name.replace("utf8mb3_", "utf8_")))
         if coll is None:
@@ -308,8 +307,6 @@ def _charset_clause(rest: str, text: str) -> tuple[int | None, str]:
 def _mbmaxlen(collation: int) -> int:
     if collation in _MBMAXLEN_BY_COLLATION:
         return _MBMAXLEN_BY_COLLATION[collation]
-    from .charsets import charset_of
-
     cs = charset_of(collation)
     return _CHARSETS[cs][1] if cs in _CHARSETS else 1
 
@@ -706,8 +703,6 @@ def _json_no_constants(name: str) -> None:
 
 
 def _json_encoder(prefix: int) -> Encoder:
-    from .jsonb import encode_jsonb
-
     def enc(v):
         if not isinstance(v, str):
             raise ValueError(f"{v!r} is not JSON text (str)")

@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..binlog.constants import ColumnType as T
-from ..binlog.rows import ABSENT, JsonPatch
+from ..binlog.rows import JsonPatch
 from ..binlog.tablemap import Column
+from ..binlog.values import ABSENT
 
 UINT64_DECIMAL = pa.decimal128(20, 0)
 VECTOR = pa.list_(pa.field("element", pa.float32()))  # Delta's (Parquet's) name for a list's items

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..binlog.rows import ABSENT
 from ..binlog.tablemap import TableMap
 from .convert import ConversionStats, arrow_type, to_arrow
 
@@ -157,15 +156,3 @@ def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.nda
 def _epoch_us(ts: float) -> int:
     """Commit time (epoch seconds, int or float) in microseconds."""
     return ts * 1_000_000 if type(ts) is int else round(ts * 1_000_000)
-
-
-def absent_columns(items: Sequence[CommittedBatch]) -> set[str]:
-    """Columns missing from some row image (binlog_row_image=MINIMAL/NOBLOB): the current table cannot use them."""
-    out: set[str] = set()
-    for item in items:
-        cols = item.batch.table.columns
-        for pair in item.batch.pairs:
-            for img in pair:
-                if img is not None:
-                    out.update(col.key for col, v in zip(cols, img, strict=False) if v is ABSENT)
-    return out

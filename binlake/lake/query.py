@@ -62,7 +62,7 @@ def _catalog(root: Path) -> list[dict]:
     return pa.table(DeltaTable(str(path)).scan()).to_pylist()
 
 
-def run_query(lake: str, sql: str, engine: str | None = None, dropped: bool = False) -> pa.Table:
+def run_query(lake: str, sql: str, dropped: bool = False) -> pa.Table:
     """Run one read-only SELECT naming lake tables as db.table / db.table__history (delta-rs' DataFusion).
 
     The SQL is parsed (sqlglot), refused unless it is exactly one SELECT that touches nothing but lake tables, and

@@ -197,8 +197,7 @@ def test_option_values(capsys, tmp_path: Path, lake: Path) -> None:
     assert ENGINES == ENGINE_NAMES
     src = f"local:{SMALL}"
     for args in (["ingest", "--source", src, "--lake", str(tmp_path / "l"), "--engine", "nosuch"],
-                 ["trace", "--lake", str(lake), "--table", "toddy_test.outbox", "--key", "id=1", "--engine", "x"],
-                 ["query", "--lake", str(lake), "--engine", "duckdb", "SELECT 1"]):
+                 ["trace", "--lake", str(lake), "--table", "toddy_test.outbox", "--key", "id=1", "--engine", "x"]):
         fails(capsys, tmp_path, ExitCode.USAGE, *args, says="--engine")
     for bad in ("h:notaport", "h:0", ":25", "h:99999"):
         fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", src, "--lake", str(tmp_path / "l"),

@@ -11,8 +11,9 @@ import pytest
 
 from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.decoder import RowBatch
-from binlake.binlog.rows import ABSENT, JsonPatch
+from binlake.binlog.rows import JsonPatch
 from binlake.binlog.tablemap import Column, TableMap
+from binlake.binlog.values import ABSENT
 from binlake.lake.convert import ConversionStats, to_arrow
 from binlake.lake.current import in_order, segments
 from binlake.lake.history import CommittedBatch, history_table

@@ -25,8 +25,8 @@ from binlake.binlog.output import (
     write_sql,
 )
 from binlake.binlog.records import OP_DELETE, OP_INSERT, OP_UPDATE, RowChange
-from binlake.binlog.rows import ABSENT
 from binlake.binlog.tablemap import Column, TableMap
+from binlake.binlog.values import ABSENT
 
 UTF8_CI, LATIN1_CI, BINARY = 45, 8, 63  # utf8mb4_general_ci, latin1_swedish_ci, binary
 
