@@ -31,8 +31,7 @@ import pyarrow as pa
 
 from ..binlog.api import sequence_number
 from ..binlog.decoder import RowBatch
-from ..binlog.tablemap import Column, TableMap
-from ..schema.binlog_types import LOGICAL_TYPES, binlog_shape, collation_id
+from ..schema.binlog_types import table_map_for
 from ..schema.ddl import parse_create_table
 from ..schema.model import TableDef
 from ..schema.snapshot import binlog_position, connect_uri
@@ -73,26 +72,6 @@ class ChunkResult:
     ipc: bytes = field(repr=False, default=b"")
     high_file: str | None = None  # watermark method: the binlog position observed after the SELECT
     high_pos: int | None = None
-
-
-def table_map_for(tdef: TableDef, mariadb: bool) -> TableMap:
-    """A TABLE_MAP-like description of a table from its DDL, so snapshot rows take the binlog rows' types."""
-    columns = []
-    for i, c in enumerate(tdef.columns):
-        shape = binlog_shape(c, mariadb)
-        col = Column(i, shape.type, shape.meta or 0, c.nullable, not c.unsigned, collation_id(c), c.name)
-        col.logical = LOGICAL_TYPES.get(c.data_type)
-        if c.data_type == "enum":
-            col.enum_labels = list(c.labels or [])
-        elif c.data_type == "set":
-            col.set_labels = list(c.labels or [])
-        columns.append(col)
-    tm = TableMap(0, tdef.database, tdef.name, columns,
-                  primary_key=[tdef.index_of(n) for n in tdef.row_key()] or None)
-    tm.schema_version = tdef.fingerprint()
-    tm.schema = tdef
-    tm.names_from_server = True
-    return tm
 
 
 def _select_list(tdef: TableDef) -> str:

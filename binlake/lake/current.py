@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..binlog.tablemap import TableMap
+from ..schema.binlog_types import table_map_for
 from ..schema.evolve import column_mapping, default_value
 from ..schema.model import TableDef, expression_key
 from .convert import arrow_type
@@ -263,7 +264,6 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     if table_def is None:
         raise BackfillError(f"{tm.qualified_name}: a backfill of schema version {tm.schema_version} needs the "
                             "definition of the table's current version (ingest with --schemas or binlog DDL)")
-    from .bootstrap import table_map_for  # bootstrap uses this module: imported here, not at the top
     from .engines.schema_change import apply_changes
 
     target = table_map_for(table_def, mariadb=True)  # Arrow types only; the flavour changes binlog codes

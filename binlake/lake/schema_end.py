@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from ..binlog.stream import EventStream, open_binlog
 from ..binlog.tablemap import TableMap
+from ..schema.binlog_types import table_map_for
 from ..schema.guard import apply_version
 from ..schema.model import TableDef
 from ..schema.timeline import Key, SchemaTimeline, TableVersion
@@ -76,8 +77,6 @@ def end_versions(timeline: SchemaTimeline, key: Key, held: Mapping[str, str | No
 
 def end_table_map(end: dict) -> TableMap:
     """A TableMap of the end version, as a TABLE_MAP event of it would be resolved (none is in the batch)."""
-    from .bootstrap import table_map_for  # bootstrap uses current.py: imported here, not at the top
-
     tdef = TableDef.from_dict(end["definition"])
     return apply_version(table_map_for(tdef, mariadb=end["mariadb"]), tdef, end["version"])
 

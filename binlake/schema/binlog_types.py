@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..binlog.charsets import COLLATION_CHARSET, COLLATION_IDS
 from ..binlog.constants import ColumnType as T
-from .model import ColumnDef
+from ..binlog.tablemap import Column, TableMap
+from .model import ColumnDef, TableDef
 
 # Bytes per character, by character set (what the server multiplies declared lengths by).
 MBMAXLEN = {
@@ -144,3 +145,23 @@ def binlog_shape(col: ColumnDef, mariadb: bool = False) -> BinlogShape:
 
 # Schema types whose binlog storage is an ordinary binary type: the decoder reads the bytes as this.
 LOGICAL_TYPES = {"inet4": "inet4", "inet6": "inet6", "uuid": "uuid", "vector": "vector"}
+
+
+def table_map_for(tdef: TableDef, mariadb: bool) -> TableMap:
+    """A TABLE_MAP-like description of a table from its DDL, so snapshot rows take the binlog rows' types."""
+    columns = []
+    for i, c in enumerate(tdef.columns):
+        shape = binlog_shape(c, mariadb)
+        col = Column(i, shape.type, shape.meta or 0, c.nullable, not c.unsigned, collation_id(c), c.name)
+        col.logical = LOGICAL_TYPES.get(c.data_type)
+        if c.data_type == "enum":
+            col.enum_labels = list(c.labels or [])
+        elif c.data_type == "set":
+            col.set_labels = list(c.labels or [])
+        columns.append(col)
+    tm = TableMap(0, tdef.database, tdef.name, columns,
+                  primary_key=[tdef.index_of(n) for n in tdef.row_key()] or None)
+    tm.schema_version = tdef.fingerprint()
+    tm.schema = tdef
+    tm.names_from_server = True
+    return tm

@@ -8,7 +8,6 @@ import pyarrow as pa
 import pytest
 
 from binlake.binlog.decoder import RowBatch
-from binlake.lake.bootstrap import table_map_for
 from binlake.lake.convert import ConversionStats
 from binlake.lake.current import (
     BackfillError,
@@ -21,6 +20,7 @@ from binlake.lake.current import (
 )
 from binlake.lake.engines import get_engine
 from binlake.lake.history import CommittedBatch, history_table
+from binlake.schema.binlog_types import table_map_for
 from binlake.schema.catalog import Catalog
 from binlake.schema.ddl import apply_ddl
 
