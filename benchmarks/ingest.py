@@ -38,8 +38,7 @@ imports = time.perf_counter() - t
 mode, lake, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 executor = {{}}
 if mode.startswith("spark"):
-    from spark_jobs.ingest import spark_executor
-    from spark_jobs.session import build_spark_session
+    from binlake.spark import build_spark_session, spark_executor
     spark = build_spark_session("bench", master="local[" + mode[5:] + "]")
     executor = {{"executor": spark_executor(spark)}}
 quality = {{}}

@@ -234,8 +234,9 @@ def cmd_schema_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def ingest_options(args: argparse.Namespace):
-    """IngestOptions from `binlake ingest` arguments (shared with spark_jobs/ingest.py)."""
+def _ingest_options(args: argparse.Namespace):
+    """IngestOptions from `binlake ingest` arguments (binlake.orchestration.stages.ingest_options: from the
+    deployment config)."""
     import re
 
     from .lake.ingest import IngestOptions
@@ -301,11 +302,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from .lake.holds import TablesHeldBack
     from .lake.ingest import run_ingest
 
-    opts = ingest_options(args)
-    executor = None
+    opts = _ingest_options(args)
+    executor = spark = None
     if args.spark:
-        from spark_jobs.ingest import spark_executor
-        from spark_jobs.session import build_spark_session
+        from .spark import build_spark_session, spark_executor
 
         spark = build_spark_session("binlake-ingest")
         executor = spark_executor(spark)
@@ -327,6 +327,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         if bar:
             bar.close()
+        if spark is not None:
+            spark.stop()
     print(summary.text())
     return 0
 
@@ -467,7 +469,7 @@ def _release_table(args: argparse.Namespace) -> int:
                           ("split_mb", 64)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    opts = ingest_options(args)
+    opts = _ingest_options(args)
     try:
         summary = release_table(opts, args.batch, progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
     except TablesHeldBack as exc:
@@ -814,7 +816,7 @@ def _run(args: argparse.Namespace) -> int:
 def guarded(work, debug: bool = False) -> int:
     """Run `work()` (returning an exit code) as the command line does: expected failures as one line on stderr
     with their documented exit code, anything else as an internal error (the traceback only with `debug`), a
-    closed stdout as 141. Shared with the spark-submit entry point."""
+    closed stdout as 141."""
     try:
         code = work()
         sys.stdout.flush()  # output lost to a closed pipe must not pass for success

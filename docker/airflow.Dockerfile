@@ -15,4 +15,4 @@ COPY --chown=airflow:root pyproject.toml README.md /opt/binlake/
 COPY --chown=airflow:root binlake /opt/binlake/binlake
 COPY --chown=airflow:root spark_jobs /opt/binlake/spark_jobs
 COPY --chown=airflow:root plugins /opt/binlake/plugins
-RUN pip install --no-cache-dir "/opt/binlake[delta-spark]" "apache-airflow==3.3.2"
+RUN pip install --no-cache-dir "/opt/binlake[spark]" "apache-airflow==3.3.2"

@@ -1,1 +1,1 @@
-"""Thin spark-submit entry points over binlake: session setup and one call each."""
+"""Thin spark-submit entry points over binlake (binlake.spark builds the session): one call each."""

@@ -5,7 +5,7 @@ in a file (see binlake/orchestration/jobs.py for why the exit code is not truste
         --instance I --lineage L --result R
 
 `--spark-cluster` (added by the task for a non-local master): the driver must be reachable from executors on
-other hosts, so it binds to its host name instead of the loopback defaults of session.py (unless spark.driver.host
+other hosts, so it binds to its host name instead of the loopback defaults of binlake/spark.py (unless spark.driver.host
 or spark.driver.bindAddress were submitted).
 """
 
@@ -19,8 +19,7 @@ CLUSTER_FLAG = "--spark-cluster"
 
 def spark_executor_factory(cluster: bool = False):
     """A Spark-backed ingest executor and the function that stops its session."""
-    from spark_jobs.ingest import spark_executor
-    from spark_jobs.session import build_spark_session
+    from binlake.spark import build_spark_session, spark_executor
 
     extra: dict[str, str] = {}
     if cluster:

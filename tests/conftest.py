@@ -101,7 +101,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 def spark():
     """One local Spark session (local[2], UI off) shared by the whole run; it takes seconds to start."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from spark_jobs.session import build_spark_session
+    from binlake.spark import build_spark_session
 
     session = build_spark_session(app_name="binlake-tests", master="local[2]")
     yield session

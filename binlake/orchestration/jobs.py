@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -43,7 +44,7 @@ class GateFailedError(StageError):
     """A data quality gate refused the batch (the lake side quarantined or restored it)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def stage_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="binlake-stage", description="run one lake stage and write a result file")
     p.add_argument("--config", required=True)
     p.add_argument("--stage", required=True, choices=STAGES)
@@ -75,7 +76,7 @@ def error_payload(exc: BaseException) -> dict[str, Any]:
 def job_main(argv: list[str] | None = None,
              executor_factory: Callable[[], tuple[Callable, Callable[[], None]]] | None = None) -> NoReturn:
     """Child process entry: run the stage, write the result, exit without running interpreter teardown."""
-    args = build_parser().parse_args(argv)
+    args = stage_parser().parse_args(argv)
     close: Callable[[], None] = lambda: None  # noqa: E731
     try:
         cfg = load_config(args.config)
@@ -108,9 +109,8 @@ def stage_command(cfg: DeploymentConfig, stage: str, args: list[str]) -> tuple[l
     if cfg.spark.mode == "local":
         env["BINLAKE_SPARK_MASTER"] = cfg.spark.master
         return [python, "-m", "spark_jobs.stage", *args], env
-    import spark_jobs  # the job file's location for spark-submit (the package imports nothing heavy)
-
-    job = str(Path(spark_jobs.__file__).parent / "stage.py")
+    # The job file's location for spark-submit; the library never imports the deployment folder's code.
+    job = str(Path(importlib.util.find_spec("spark_jobs").origin).parent / "stage.py")
     cmd = [cfg.spark.spark_submit, "--master", cfg.spark.master, "--deploy-mode", cfg.spark.deploy_mode]
     for key, value in sorted(cfg.spark.conf.items()):
         cmd += ["--conf", f"{key}={value}"]

@@ -135,7 +135,7 @@ def test_ingest_batches_equal_select_and_reruns_are_noops(source, tmp_path) -> N
 
 def test_spark_decode_with_split_ranges_equals_local(source, tmp_path, spark) -> None:
     """Spark tasks over ranges of whole transactions give the same lake as one local pass."""
-    from spark_jobs.ingest import spark_executor
+    from binlake.spark import spark_executor
 
     server = source
     first_file = server.binlog_files()[-1].name

@@ -137,7 +137,7 @@ def assert_quarantined(lake, batch: int, before: dict, gate: str, webhook, table
 
 def test_clean_batches_pass_in_spark_and_results_render(server, tmp_path, spark, webhook) -> None:
     from binlake.quality.report import write_report
-    from spark_jobs.ingest import spark_executor
+    from binlake.spark import spark_executor
 
     first = server.binlog_files()[-1].name
     write(server, ["CREATE TABLE clean (id INT PRIMARY KEY, amount DECIMAL(8,2), status VARCHAR(10))",

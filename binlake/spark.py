@@ -1,9 +1,19 @@
-"""Spark session setup shared by the entry points (the only place binlake builds a SparkSession)."""
+"""Spark for binlake: the only place a SparkSession is built, and the ingest executor that runs decode tasks as
+Spark tasks. Imported only where Spark is wanted (`binlake ingest --spark`, spark_jobs/, tests): pyspark is the
+optional `spark` extra, and nothing else in binlake imports this module at its top."""
 
 from __future__ import annotations
 
 import os
 import sys
+
+from .exitcodes import ExitCode
+
+
+class SparkUnavailable(RuntimeError):
+    """pyspark is not installed (it is the optional `spark` extra)."""
+
+    exit_code = ExitCode.UNAVAILABLE
 
 
 def build_spark_session(app_name: str = "binlake", master: str | None = None, extra_conf: dict | None = None):
@@ -20,7 +30,10 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     # Python workers must run this interpreter (with pyarrow and binlake), not whatever `python3` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkUnavailable(f"Spark is not installed ({exc}): pip install 'binlake[spark]'") from None
 
     builder = SparkSession.builder.appName(app_name)
     if chosen:
@@ -42,3 +55,17 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def spark_executor(spark):
+    """An ingest executor that runs each decode task as a Spark task and collects the results."""
+    from .lake.ingest import run_task
+
+    def run(tasks, batch, resolver, filters):
+        if not tasks:
+            return []
+        shared = spark.sparkContext.broadcast((batch, resolver, filters))
+        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        return rdd.map(lambda task: run_task(task, *shared.value)).collect()
+
+    return run
