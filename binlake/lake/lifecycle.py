@@ -46,6 +46,8 @@ CATALOG_SCHEMA = pa.schema([
 class LifecycleError(ValueError):
     """Changes that cannot be placed in the lake's table lifecycle (e.g. a backfill across a RENAME)."""
 
+    exit_code = 4  # binlake.exitcodes.ExitCode.BAD_DATA
+
 
 def key_seq(file_seq: int, pos: int) -> int:
     return file_seq << SEQ_FILE_SHIFT | pos
@@ -124,6 +126,8 @@ class Planner:
     tracked: Callable[[str], bool]
     helper: Callable[[str], bool]
     exists: Callable[[str], bool]  # whether the lake holds a current table for db.table
+    newest: Callable[[str], int | None]  # the newest change a current table holds (its `_seq`)
+    lake_tables: Callable[[str], list[str]]  # the current tables the lake holds in a database (db.table)
     changed: dict[str, dict] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
 
@@ -153,15 +157,31 @@ class Planner:
         action = {"seq": seq, "file": ev["file"], "pos": ev["pos"], "ts": ev.get("ts"), "kind": op.kind,
                   "truncate": [], "copy": [], "clear": [], "fresh": [], "marker": []}
         known = {n.lower() for n in first_rows if first_rows[n] < seq} | set(self.catalog.slots)
+        newest: dict[str, int | None] = {}
 
-        def relevant(table: str) -> bool:
+        def stale(table: str) -> bool:
+            """The lake already holds a later state of the name (a backfill of older files): the statement was
+            applied then, or is superseded; applying it again would undo newer changes."""
+            slot = self.catalog.latest(table)
+            marks = [m for m in ((slot or {}).get(k) for k in ("start_seq", "floor_seq", "end_seq")) if m is not None]
+            if any(m > seq for m in marks):
+                return True
+            if table.lower() not in newest:
+                newest[table.lower()] = self.newest(table) if self.exists(table) else None
+            return newest[table.lower()] is not None and newest[table.lower()] > seq
+
+        def seen(table: str) -> bool:  # the lake has heard of the table (a CREATE of a new name needs no slot)
             return self.tracked(table) and (table.lower() in known or self.exists(table))
+
+        # A RENAME, TRUNCATE or DROP of any tracked table is recorded, even of one the lake has no rows of yet: older
+        # files ingested later (a backfill) must not bring the old name back.
+        relevant = self.tracked
 
         if op.kind == "create":
             table = op.tables[0]
-            if not self.tracked(table):
+            if not self.tracked(table) or stale(table):
                 return
-            if self.catalog.latest(table) is None and not relevant(table):
+            if self.catalog.latest(table) is None and not seen(table):
                 return  # a new name: its implicit first slot needs no catalog row
             live = self._live(table, seq, where)
             if live is not None and not op.replace:
@@ -178,11 +198,13 @@ class Planner:
                 names = {s["table"] for slots in self.catalog.slots.values() for s in slots
                          if s["database"].lower() == low and s["state"] == "live"}
                 names |= {n for n in first_rows if n.split(".", 1)[0].lower() == low and first_rows[n] < seq}
+                names |= {n for n in self.lake_tables(op.database or "")
+                          if (s := self.catalog.latest(n)) is None or s["state"] == "live"}
                 tables = sorted(names)
             else:
                 tables = op.tables
             for table in tables:
-                if not relevant(table):
+                if not relevant(table) or stale(table):
                     continue
                 slot = self._live(table, seq, where)
                 if slot is None:
@@ -197,6 +219,8 @@ class Planner:
         else:  # rename: the pairs in order on an overlay, so a swap moves each table once
             overlay: dict[str, str | None] = {}  # name -> the table it holds after the statement (None: free)
             shown: dict[str, str] = {}
+            if any(stale(t) for pair in op.renames for t in pair):
+                return
             for src, dst in op.renames:
                 ident = overlay.get(src.lower(), src)
                 overlay[src.lower()] = None
@@ -246,7 +270,10 @@ class Planner:
         name's last slot ended: a CREATE the lake did not see)."""
         slots = self.catalog.slots.get(name.lower())
         if not slots:  # a name without lifecycle statements: its implicit first slot, not written to the catalog
-            slots = [self.catalog.add(name, FIRST, f"{name}@{FIRST}", self.helper(_split(name)[1]), self.batch)]
+            helper = self.helper(_split(name)[1])
+            slots = [self.catalog.add(name, FIRST, f"{name}@{FIRST}", helper, self.batch)]
+            if helper:  # except for a helper table: the catalog is what keeps it out of the lake's listing
+                self._touch(slots[0])
         last_slot = slots[-1]
         if last_slot["end_seq"] is not None and last >= last_slot["end_seq"]:
             start = max(first, last_slot["end_seq"])
@@ -263,8 +290,12 @@ def plan_batch(engine: DeltaEngine, layout, batch: int, ddl: list[dict], spans: 
     """The batch's lifecycle plan ({"events": [...], "slots": {slot: row}}) and, per table name with rows
     (`spans`: name -> first and last change seq), the slots its rows belong to."""
     catalog = LakeCatalog.load(engine, layout)
+    from .current import newest_seq
+
     planner = Planner(catalog, batch, tracked, helper_matcher(helpers),
-                      lambda t: engine.exists(layout.current_path(*_split(t))))
+                      lambda t: engine.exists(layout.current_path(*_split(t))),
+                      lambda t: newest_seq(engine, layout.current_path(*_split(t))),
+                      lambda db: current_tables(engine, layout, db))
     first_rows = {name: span[0] for name, span in spans.items()}
     for ev in sorted(ddl, key=lambda e: (e["file_seq"], e["pos"])):
         planner.apply(ev, first_rows)
@@ -273,6 +304,25 @@ def plan_batch(engine: DeltaEngine, layout, batch: int, ddl: list[dict], spans: 
                                                                               planner.changed.items()}
     plan = {"events": planner.events, "slots": slots, "changed": sorted(planner.changed)}
     return plan, {name: [s["slot"] for s in ss] for name, ss in assigned.items()}
+
+
+def current_tables(engine: DeltaEngine, layout, database: str) -> list[str]:
+    """db.table of every current table the lake holds in `database` (history tables aside)."""
+    from urllib.parse import unquote
+
+    import pyarrow.fs as pafs
+
+    from .layout import path_part
+    from .pending import lake_fs
+
+    fs, root = lake_fs(layout.root)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/{path_part(database)}", allow_not_found=True))
+    except (OSError, ValueError):
+        return []
+    names = [unquote(i.base_name) for i in infos if i.type == pafs.FileType.Directory]
+    return [f"{database}.{n}" for n in names if "__history" not in n
+            and engine.exists(layout.current_path(database, n))]
 
 
 def split_by_slot(history: pa.Table, starts: list[int]) -> list[pa.Table]:

@@ -457,6 +457,8 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     registry = _Registry(engine, layout)
     run = LifecycleRun(engine, layout, registry, pb)
     touched = run.touched()
+    for name in plans:  # changes older than the table's last TRUNCATE (or its creation) never reach it
+        plans[name] = _above_floor(plans[name], run.floor({"name": name, **pb.tables[name]}))
     if not pb.premerge:  # the state before the batch's first merge commit; kept across retries and restores
         pb.premerge = {"registry_version": engine.version(layout.tables_path),
                        "tables": {name: premerge_figures(engine, layout, pb.tables[name], plan,
@@ -478,7 +480,7 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
         info = {"name": name, **pb.tables[name]}
         saved = dict(registry.rows[info["name"]]) if info["name"] in registry.rows else None
         try:
-            plan = _above_floor(plans[name], run.floor(info))
+            plan = plans[name]
             run.prepare_fresh(info, pa.schema([f for f in plan[0][2].schema if f.name != DELETED]))
             # Steps of the table's app id: its segments take at most two each (an ALTER and a merge).
             first = run.step(info["name"], 2 * len(plan))
@@ -593,20 +595,21 @@ def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: 
     if net is None:
         return out  # keys renamed in the batch: the count reconciliation is not evaluated
     keys, changes = net
+    key_schema = pa.schema([changes.schema.field(k) for k in keys] + [pa.field(SEQ, pa.int64())])
     try:
-        target = engine.read(path, [*keys, SEQ]) if exists else None
-    except EngineError:
-        return out  # the table's key columns are renamed by this batch: not evaluated either
+        target = engine.read(path, [*keys, SEQ]).cast(key_schema) if exists else None
+        tpath = tombstone_path(path)
+        tombs = engine.read(tpath, [*keys, SEQ]).cast(key_schema) if exists and engine.exists(tpath) else None
+    except (EngineError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return out  # the table's key columns are renamed or retyped by this batch: not evaluated either
     out["count"] = target.num_rows if target is not None else 0
     joined = changes
     if target is not None and target.num_rows:
         joined = joined.join(target.rename_columns([*keys, "_t_seq"]), keys, join_type="left outer")
     else:
         joined = joined.append_column("_t_seq", pa.nulls(joined.num_rows, pa.int64()))
-    tpath = tombstone_path(path)
-    if exists and engine.exists(tpath):
-        tombs = engine.read(tpath, [*keys, SEQ]).rename_columns([*keys, "_d_seq"])
-        joined = joined.join(tombs, keys, join_type="left outer")
+    if tombs is not None:
+        joined = joined.join(tombs.rename_columns([*keys, "_d_seq"]), keys, join_type="left outer")
     else:
         joined = joined.append_column("_d_seq", pa.nulls(joined.num_rows, pa.int64()))
     present = pc.is_valid(joined.column("_t_seq"))

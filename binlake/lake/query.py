@@ -10,14 +10,15 @@ from .engines import get_engine
 from .layout import LakeLayout, path_part
 
 
-def lake_tables(lake: str, dropped: bool = False) -> dict[str, str]:
+def lake_tables(lake: str, dropped: bool = False, catalog: bool = False) -> dict[str, str]:
     """'db.table' and 'db.table__history' -> Delta table path, for every table in the lake.
 
     The lake's catalog (`_binlake/catalog`, binlake.lake.lifecycle) decides what a name shows: `db.t` and
     `db.t__history` are the table the source has under that name now. Tables dropped or renamed away, and
     online-schema-change helper tables, are left out unless `dropped` is set; then every generation of a name's
-    history is listed too (`db.t__history__g2`: the second table to carry the name). `_binlake.catalog` (the
-    names' generations, lineage, state, the Delta version a dropped table ended with) is always there."""
+    history is listed too (`db.t__history__g2`: the second table to carry the name). With `catalog`,
+    `_binlake.catalog` too (the names' generations, lineage, state, the Delta version a dropped table ended
+    with): `binlake query` names it."""
     root = Path(lake)
     slots = _catalog(root)
     out = {}
@@ -47,9 +48,9 @@ def lake_tables(lake: str, dropped: bool = False) -> dict[str, str]:
                 out[f"{current}__history"] = path
         if not visible and not dropped:
             out.pop(current, None)
-    catalog = root / "_binlake" / "catalog"
-    if (catalog / "_delta_log").exists():
-        out["_binlake.catalog"] = str(catalog)
+    path = root / "_binlake" / "catalog"
+    if catalog and (path / "_delta_log").exists():
+        out["_binlake.catalog"] = str(path)
     return out
 
 
@@ -76,7 +77,7 @@ def run_query(lake: str, sql: str, dropped: bool = False) -> pa.Table:
 
     if "://" not in lake and not Path(lake).is_dir():
         raise QueryRefused(f"--lake {lake}: no such lake directory")
-    text, registrations = rewrite_query(sql, lake_tables(lake, dropped))
+    text, registrations = rewrite_query(sql, lake_tables(lake, dropped, catalog=True))
     qb = QueryBuilder()
     for internal, path in registrations.items():
         qb.register(internal, DeltaTable(path))

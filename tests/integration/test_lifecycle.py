@@ -192,3 +192,51 @@ def test_gh_ost_and_pt_osc_cut_overs(mariadb_servers, tmp_path, mode) -> None:
         assert lake_current(lake, [db]) == server_tables(server, [db])
     assert sorted(n for n in lake_tables(str(lake)) if n.startswith(db + ".")) == [f"{db}.t", f"{db}.t__history"]
     assert re.search("vv", ",".join(get_engine().read(LakeLayout(str(lake)).current_path(db, "t")).column_names))
+
+
+def test_backfills_across_truncate_and_drop_converge_and_across_rename_stop_clearly(mariadb_full, tmp_path) -> None:
+    """Files ingested out of order: older changes of a table truncated or dropped later never reach its current
+    table; older changes of a table renamed later stop the batch with one clear message, nothing else changed."""
+    from binlake.cli import main
+    from binlake.lake.lifecycle import LifecycleError
+
+    server = mariadb_full  # FULL metadata: a file decodes without the files before it
+    db = fresh(server, "lc_backfill")[0]
+    first = server.binlog_files()[-1].name
+    run(server, db, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "CREATE TABLE g (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE r (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1), (2, 2)",
+        "INSERT INTO g VALUES (1, 1)", "INSERT INTO r VALUES (1, 1)")
+    old = new_files(server, first)[-1]
+    run(server, db, "UPDATE t SET v = 5 WHERE id = 1", "TRUNCATE TABLE t", "INSERT INTO t VALUES (3, 3)",
+        "DROP TABLE g")
+    middle = new_files(server, first)[-1]
+    run(server, db, "RENAME TABLE r TO r2", "INSERT INTO r2 VALUES (2, 2)")
+    last = new_files(server, first)[-1]
+    files = [f for f in server.binlog_files() if f.name >= first and f.name <= last.name]
+    lake = tmp_path / "lake"
+    ingest(lake, [middle], [db])
+    ingest(lake, [old, middle], [db])  # the backfill of t and g: older than their TRUNCATE / DROP
+    state = lake_current(lake, [db])
+    assert state == {f"{db}.t": (["id", "v"], [(3, 3)]), f"{db}.r": (["id", "v"], [(1, 1)])}
+    ingest(lake, [old, middle, last], [db])
+    assert lake_current(lake, [db]) == server_tables(server, [db])
+    # Another lake reads the RENAME before r's older rows: that batch stops, naming r and the RENAME.
+    lake = tmp_path / "lake2"
+    ingest(lake, [middle], [db])
+    ingest(lake, [middle, last], [db])
+    before = lake_current(lake, [db])
+    assert before[f"{db}.r2"] == (["id", "v"], [(2, 2)])
+    with pytest.raises(LifecycleError, match=r"r: changes at positions before its RENAME"):
+        ingest(lake, files, [db])
+    assert lake_current(lake, [db]) == before  # nothing merged
+    # On the command line: one line naming the table and the RENAME, exit code 4 (bad data), no traceback.
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["ingest", "--source", f"local:{files[0].parent}", "--lake", str(lake), "--databases", db,
+                     "--no-progress", "--no-gates"])
+    lines = [line for line in err.getvalue().splitlines() if line.strip() and not line.startswith("[ingest]")]
+    assert code == 4 and len(lines) == 1 and "Traceback" not in err.getvalue(), lines
+    assert re.search(r"r: changes at positions before its RENAME \(RENAME to \S+r2 at mysql-bin\.\d+:\d+", lines[0])

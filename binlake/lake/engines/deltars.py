@@ -213,20 +213,24 @@ class DeltaRsEngine:
             return False
         tsrc, tdst = tombstone_path(src), tombstone_path(dst)
         tversion = tombstone_version_at(self._history_meta(src), version) if self.exists(tsrc) else None
-        if tversion is not None or self.exists(tdst):
-            self._overwrite_from(tsrc if tversion is not None else None, tversion, tdst, app_id, batch, "copy")
+        if tversion is not None:
+            self._overwrite_from(tsrc, tversion, tdst, app_id, batch, "copy")
+        elif self.exists(tdst):  # no deletes to remember: empty, with the keys typed as the source's
+            self._overwrite_from(None, None, tdst, app_id, batch, "copy",
+                                 schema=_retyped(self.table_schema(tdst), self._arrow_schema(self._dt(src, version))))
         meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
                            tombstonesVersion=self.version(tdst))
         return self._overwrite_from(src, version, dst, app_id, batch, "copy", meta)
 
     def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
-                        action: str, meta: dict[str, Any] | None = None) -> bool:
-        """Overwrite `dst` with `src` at `version` (None: with no rows, keeping dst's schema)."""
+                        action: str, meta: dict[str, Any] | None = None, schema: pa.Schema | None = None) -> bool:
+        """Overwrite `dst` with `src` at `version` (None: with no rows, of `schema` or dst's own)."""
         from deltalake import write_deltalake
 
         meta = meta or commit_meta(action, [(app_id, batch)])
         source = self._dt(src, version) if src is not None else None
-        schema = self._arrow_schema(source) if source is not None else self.table_schema(dst)
+        if schema is None:
+            schema = self._arrow_schema(source) if source is not None else self.table_schema(dst)
 
         def attempt() -> bool:
             self.create_empty(dst, schema)
@@ -331,3 +335,8 @@ class DeltaRsEngine:
         meta = commit_meta("restore", txns, restoredTo=version)
         dt.restore(version, commit_properties=self._props(meta))
         self._ensure_commit(dt, current, meta)
+
+
+def _retyped(schema: pa.Schema, like: pa.Schema) -> pa.Schema:
+    """`schema` with the types `like` gives its columns of the same name (tombstone keys after a copy)."""
+    return pa.schema([like.field(f.name) if f.name in like.names else f for f in schema])

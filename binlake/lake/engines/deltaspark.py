@@ -294,18 +294,27 @@ class DeltaSparkEngine:
         tversion = tombstone_version_at(self._history_meta(src), version) if self.exists(tsrc) else None
         if tversion is not None or self.exists(tdst):
             self._overwrite_from(tsrc if tversion is not None else None, tversion, tdst, app_id, batch,
-                                 commit_meta("copy", [(app_id, batch)]))
+                                 commit_meta("copy", [(app_id, batch)]), like=None if tversion is not None else src,
+                                 like_version=version)
         meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
                            tombstonesVersion=self.version(tdst))
         return self._overwrite_from(src, version, dst, app_id, batch, meta)
 
     def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
-                        meta: dict[str, Any]) -> bool:
-        """Overwrite `dst` with `src` at `version` (None: with no rows, keeping dst's schema)."""
+                        meta: dict[str, Any], like: str | None = None, like_version: int | None = None) -> bool:
+        """Overwrite `dst` with `src` at `version` (None: with no rows, keeping dst's columns typed as `like`'s
+        columns of the same name at `like_version`)."""
+        from pyspark.sql import functions as F
+
         if src is not None:
             df = self.spark.read.format("delta").option("versionAsOf", version).load(str(src))
         else:
             df = self.spark.read.format("delta").load(str(dst)).limit(0)
+            if like is not None:
+                types = dict(self.spark.read.format("delta").option("versionAsOf", like_version).load(str(like))
+                             .dtypes)
+                df = df.select(*[F.col(quote(c)).cast(types[c]).alias(c) if c in types else F.col(quote(c))
+                                 for c in df.columns])
 
         def attempt() -> bool:
             if self.exists(dst) and is_committed(self.txn_version(dst, app_id), batch):
