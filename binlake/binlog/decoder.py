@@ -316,6 +316,7 @@ class _FileState:
         self.check_order = stream.start_position is None
         self._map_pending: int | None = None  # a TABLE_MAP group waiting for its rows event
         self._gtid_pending: int | None = None  # a GTID waiting for its transaction's first event
+        self._load_open = False  # a LOAD DATA's BEGIN_LOAD_QUERY seen, its EXECUTE_LOAD_QUERY not yet
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _record(self, kind: str, ev: RawEvent, sub: int, /, **info) -> EventRecord:
@@ -361,8 +362,17 @@ class _FileState:
         if etype in (EventType.IGNORABLE, EventType.ROWS_QUERY) and not is_ignorable(ev.flags):
             raise CorruptEvent(f"{event_name(etype)} event without the ignorable flag its servers always set",
                                self.name, ev.pos)
-        if self.check_order and self.stream.local_positions:
-            self._check_order(ev, etype, rows_info is not None)
+        if self.check_order:
+            if etype in _GTID_TYPES:
+                # Even a relay log's partial transaction is never just a GTID directly followed by another.
+                if self._gtid_pending is not None:
+                    raise CorruptEvent(f"the GTID at {self._gtid_pending} starts a transaction with no events",
+                                       self.name, ev.pos)
+                self._gtid_pending = ev.pos
+            elif self._gtid_pending is not None:
+                self._gtid_pending = None
+            if self.stream.local_positions:
+                self._check_order(ev, etype, rows_info is not None)
         if rows_info is not None:
             yield from self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
             return
@@ -435,12 +445,12 @@ class _FileState:
             self._map_pending = None
         if etype == EventType.TABLE_MAP and self._map_pending is None:
             self._map_pending = pos
-        if etype in _GTID_TYPES:
-            if self._gtid_pending is not None:
-                raise CorruptEvent(f"the GTID at {self._gtid_pending} starts a transaction with no events", name, pos)
-            self._gtid_pending = pos
-        elif self._gtid_pending is not None:
-            self._gtid_pending = None
+        if etype == EventType.BEGIN_LOAD_QUERY:
+            self._load_open = True
+        elif etype == EventType.APPEND_BLOCK and not self._load_open:
+            raise CorruptEvent("APPEND_BLOCK event without the BEGIN_LOAD_QUERY that starts its LOAD DATA", name, pos)
+        elif etype in (EventType.EXECUTE_LOAD_QUERY, EventType.DELETE_FILE):
+            self._load_open = False
         if etype == EventType.XID and self.txn.pos is None:
             raise CorruptEvent("XID event ends no transaction (nothing since the last commit)", name, pos)
 
@@ -691,6 +701,9 @@ class _FileState:
                 self.d.event_counts[("inner", itype)] += 1
                 yield from self.handle(inner, inner_buf, HEADER_LEN, size, itype, offset, inner_fde)
                 offset += size
+            if p.uncompressed_size and offset != p.uncompressed_size:
+                raise CorruptEvent(f"TRANSACTION_PAYLOAD holds {offset} bytes of events, but its header says "
+                                   f"{p.uncompressed_size}", self.name, ev.pos)
         except BodyError as exc:
             raise CorruptEvent(f"inner event at payload offset {offset}: {exc}", self.name, ev.pos) from None
         except BinlogError:

@@ -272,7 +272,8 @@ class EventStream:
                     self.first_fde = fde
                     self.in_use = bool(flags & LOG_EVENT_BINLOG_IN_USE_F)
                     self.exact_positions = _exact_positions(fde)
-                    self.zero_is_damage = self.exact_positions and not fde.is_mariadb
+                    # MariaDB 11.4+ writes 0 for the events of a transaction; earlier MariaDB wrote positions.
+                    self.zero_is_damage = self.exact_positions and (not fde.is_mariadb or fde.version_tuple < (11, 0, 0))
                     if flags & LOG_EVENT_RELAY_LOG_F or log_pos == 0:
                         self.local_positions = False  # a relay log, or a dump that began mid-file
                     elif log_pos != pos + size:
