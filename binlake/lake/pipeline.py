@@ -267,6 +267,9 @@ def hold_table(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: P
         else:
             registry.rows[name] = saved
     first = _first_change(store, pb, info) if info.get("file") else (None, None)
+    if first == (None, None) and end.get("ddl"):  # no row of it in the batch: where the DDL it failed on is
+        seq, pos = end["ddl"]["key"]
+        first = (next((f["file"] for f in pb.files if f["file_seq"] == seq), None), pos)
     pb.held[name] = {**_hold_record(name, "merge", f"{type(exc).__name__}: {exc}", *first,
                                     batch_pieces(pb, appended=True)), "database": db, "table": table}
     pb.committed.pop(entry, None)
