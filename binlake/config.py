@@ -144,6 +144,8 @@ class DeploymentConfig(ConfigModel):
     pipeline: str = "default"
     start_date: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     split_mb: int = Field(64, gt=0)
+    # Online-schema-change helper tables (regexes on the table name); None: gh-ost's and pt-osc's own names
+    helper_tables: list[str] | None = None
     lookback_hours: int = Field(6, ge=0)  # hourly runs also fetch files of the hours before (late backup uploads)
     pool: str | None = None  # Airflow pool (one slot) serializing lake writes across DAGs
     retries: int = Field(2, ge=0)
@@ -151,6 +153,16 @@ class DeploymentConfig(ConfigModel):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     alerts: AlertConfig = Field(default_factory=AlertConfig)
+
+    @field_validator("helper_tables")
+    @classmethod
+    def _helper_patterns(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or []:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
 
     @model_validator(mode="before")
     @classmethod

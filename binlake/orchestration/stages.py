@@ -28,7 +28,7 @@ def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
     schemas = cfg.schemas if "://" in cfg.schemas or (Path(cfg.schemas) / source_instance(inst)).is_dir() else None
     opts = IngestOptions(lake=cfg.lake, files=landed_files(cfg, instance, lineage), schemas=schemas,
                          instance=source_instance(inst), lineage=lineage, engine=cfg.engine, pipeline=cfg.pipeline,
-                         tables=inst.table_regex, split_bytes=cfg.split_mb << 20)
+                         tables=inst.table_regex, split_bytes=cfg.split_mb << 20, helper_tables=cfg.helper_tables)
     opts.quality = quality_options(cfg)
     return opts
 

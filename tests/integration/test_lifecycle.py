@@ -240,3 +240,18 @@ def test_backfills_across_truncate_and_drop_converge_and_across_rename_stop_clea
     lines = [line for line in err.getvalue().splitlines() if line.strip() and not line.startswith("[ingest]")]
     assert code == 4 and len(lines) == 1 and "Traceback" not in err.getvalue(), lines
     assert re.search(r"r: changes at positions before its RENAME \(RENAME to \S+r2 at mysql-bin\.\d+:\d+", lines[0])
+
+
+def test_helper_table_patterns_are_configurable(mariadb_full, tmp_path) -> None:
+    server = mariadb_full
+    db = fresh(server, "lc_helpers")[0]
+    first = server.binlog_files()[-1].name
+    run(server, db, "CREATE TABLE copy_of_t (id INT PRIMARY KEY)", "CREATE TABLE _t_gho (id INT PRIMARY KEY)",
+        "INSERT INTO copy_of_t VALUES (1)", "INSERT INTO _t_gho VALUES (1)")
+    files = [str(f) for f in new_files(server, first)]
+    default, custom = tmp_path / "default", tmp_path / "custom"
+    run_ingest(IngestOptions(lake=str(default), files=files, databases={db}))
+    run_ingest(IngestOptions(lake=str(custom), files=files, databases={db}, helper_tables=[r"^copy_of_"]))
+    assert sorted(n for n in lake_tables(str(default)) if "__" not in n) == [f"{db}.copy_of_t"]
+    assert sorted(n for n in lake_tables(str(custom)) if "__" not in n) == [f"{db}._t_gho"]
+    assert f"{db}.copy_of_t" in lake_tables(str(custom), dropped=True)

@@ -63,6 +63,7 @@ def test_yaml_config(tmp_path: Path) -> None:
     (MINIMAL + '[alerts]\nwebhook_url = "ftp://x"\n', "`alerts.webhook_url` must be an http:// or https:// URL"),
     (MINIMAL + "[alerts]\nsla_lag_minutes = -5\n", "`alerts.sla_lag_minutes` must be 0 (off) or a positive"),
     (top("lookback_hours = -1"), "`lookback_hours` must be 0 or more"),
+    (top('helper_tables = ["_(gho"]'), "`helper_tables` '_(gho' is not a regular expression"),
     (MINIMAL + "[quality]\nfreshness = 3\n", "`quality.freshness` is not a known key"),
     (MINIMAL.replace('"local:binlogs"', '"ftp://x"'), "`instances[0].source` must start with one of"),
     (MINIMAL.replace('name = "a"', 'name = "a b"'), "`instances[0].name` must be letters"),
