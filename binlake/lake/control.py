@@ -86,16 +86,32 @@ class ControlTable:
         seq = batch << 20 | (EVENT_LIMIT if event is None else event)
         app, version = ((self.layout.app_id("control"), batch) if event is None
                         else (self.layout.app_id("control-events"), seq))
-        now = datetime.now(UTC)
-        rows = {f.name: [] for f in SCHEMA}
+        return self.engine.merge(self.path, _rows(states, seq), KEYS, app, version)
+
+    def insert_new(self, known: dict, states: list[FileState], app: str) -> None:
+        """Insert rows for files the table does not hold yet (`known`: its loaded rows, updated here), never
+        updating an existing one: what a source announced before any batch read the file (binlake.sources.fetch,
+        application transaction `app`)."""
+        states = [s for s in states if (s.instance, s.lineage, s.file) not in known]
+        if not states:
+            return
+        app_id = self.layout.app_id(app)
+        version = (self.engine.txn_version(self.path, app_id) or 0) + 1
+        self.engine.merge(self.path, _rows(states, -1), KEYS, app_id, version)
         for s in states:
-            values = {"instance": s.instance, "lineage": s.lineage, "file": s.file, "file_seq": s.file_seq,
-                      "size": s.size, "first_ts": s.first_ts, "last_ts": s.last_ts, "checksum": s.checksum,
-                      "status": s.status, "attempts": s.attempts, "last_error": s.last_error,
-                      "end_pos": s.end_pos, "complete": s.complete, "batch_id": s.batch_id, "updated_at": now}
-            for k, v in values.items():
-                rows[k].append(v)
-        arrays = [pa.array(rows[f.name], f.type) for f in SCHEMA]
-        data = pa.table([*arrays, pa.array([seq] * len(states), pa.int64()), pa.array([False] * len(states))],
-                        names=[*SCHEMA.names, SEQ, DELETED])
-        return self.engine.merge(self.path, data, KEYS, app, version)
+            known[(s.instance, s.lineage, s.file)] = s
+
+
+def _rows(states: list[FileState], seq: int) -> pa.Table:
+    now = datetime.now(UTC)
+    rows: dict[str, list] = {f.name: [] for f in SCHEMA}
+    for s in states:
+        values = {"instance": s.instance, "lineage": s.lineage, "file": s.file, "file_seq": s.file_seq,
+                  "size": s.size, "first_ts": s.first_ts, "last_ts": s.last_ts, "checksum": s.checksum,
+                  "status": s.status, "attempts": s.attempts, "last_error": s.last_error,
+                  "end_pos": s.end_pos, "complete": s.complete, "batch_id": s.batch_id, "updated_at": now}
+        for k, v in values.items():
+            rows[k].append(v)
+    arrays = [pa.array(rows[f.name], f.type) for f in SCHEMA]
+    return pa.table([*arrays, pa.array([seq] * len(states), pa.int64()), pa.array([False] * len(states))],
+                    names=[*SCHEMA.names, SEQ, DELETED])

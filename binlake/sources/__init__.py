@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from ..binlog.stream import open_binlog
 from .base import ChecksumMismatchError, Source, SourceConfigError, SourceError, SourceFile, safe_file_name
 from .local import list_local, resolve_source
 
@@ -35,8 +36,6 @@ class LocalSource:
         return out
 
     def open(self, f: SourceFile) -> BinaryIO:
-        from ..binlog.stream import open_binlog
-
         return open_binlog(f.location)
 
     def fetch(self, f: SourceFile, landing: str) -> str:

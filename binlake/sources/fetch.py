@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
-
+from ..lake.control import ControlTable, FileState
+from ..lake.engines import get_engine
+from ..lake.layout import LakeLayout
+from . import open_source
 from .base import ChecksumMismatchError, Source, SourceConfigError, SourceError, SourceFile
 from .landing import landed_path
 from .lineage import Continuation, applied_through, continuation, read_file_gtids
+from .local import resolve_source
 
 FETCH_APP = "fetch"  # app id suffix of the control-table commits made here
 
@@ -42,13 +45,9 @@ class Landed:
     continuation: Continuation | None = None
 
 
-def _control(lake: str | None, pipeline: str, engine):
+def _control(lake: str | None, pipeline: str, engine) -> ControlTable | None:
     if not lake:
         return None
-    from ..lake.control import ControlTable
-    from ..lake.engines import get_engine
-    from ..lake.layout import LakeLayout
-
     return ControlTable(engine or get_engine(), LakeLayout(lake, pipeline))
 
 
@@ -87,35 +86,7 @@ def _primary(files: list[SourceFile], candidates: list[str]) -> str:
     return top[0]
 
 
-def _insert_rows(control, states: dict, rows: list) -> None:
-    """Insert control rows for files the table does not hold yet (never updates an existing row)."""
-    from ..lake.control import KEYS, SCHEMA
-    from ..lake.engines import DELETED, SEQ
-
-    rows = [r for r in rows if (r.instance, r.lineage, r.file) not in states]
-    if not rows:
-        return
-    now = datetime.now(UTC)
-    cols: dict[str, list] = {f.name: [] for f in SCHEMA}
-    for s in rows:
-        values = {"instance": s.instance, "lineage": s.lineage, "file": s.file, "file_seq": s.file_seq,
-                  "size": s.size, "first_ts": s.first_ts, "last_ts": s.last_ts, "checksum": s.checksum,
-                  "status": s.status, "attempts": s.attempts, "last_error": s.last_error, "end_pos": s.end_pos,
-                  "complete": s.complete, "batch_id": s.batch_id, "updated_at": now}
-        for k, v in values.items():
-            cols[k].append(v)
-    data = pa.table([*[pa.array(cols[f.name], f.type) for f in SCHEMA], pa.array([-1] * len(rows), pa.int64()),
-                     pa.array([False] * len(rows))], names=[*SCHEMA.names, SEQ, DELETED])
-    app = control.layout.app_id(FETCH_APP)
-    version = (control.engine.txn_version(control.path, app) or 0) + 1
-    control.engine.merge(control.path, data, KEYS, app, version)
-    for s in rows:
-        states[(s.instance, s.lineage, s.file)] = s
-
-
-def _state(instance: str, f: SourceFile, **kw):
-    from ..lake.control import FileState
-
+def _state(instance: str, f: SourceFile, **kw) -> FileState:
     st = FileState(instance, f.lineage, f.name, f.seq, f.size or 0, checksum=f.checksum, first_ts=f.begin,
                    last_ts=f.end)
     for k, v in kw.items():
@@ -145,8 +116,8 @@ def land_files(source: Source, landing: str, start: datetime | None = None, end:
             path = source.fetch(f, landing)
         except ChecksumMismatchError as exc:
             if control is not None:
-                _insert_rows(control, states, [_state(instance, f, status="quarantined", last_error=str(exc),
-                                                      attempts=1)])
+                control.insert_new(states, [_state(instance, f, status="quarantined", last_error=str(exc),
+                                                   attempts=1)], FETCH_APP)
             raise
         out.paths.append(path)
         progress(f"landed {f.name} ({Path(path).stat().st_size} bytes)")
@@ -157,7 +128,7 @@ def land_files(source: Source, landing: str, start: datetime | None = None, end:
                                                        for s in states.values()):
             out.switched_from = current
             out.continuation = _continue(control, states, source, landing, current, files, out.paths, seen)
-        _insert_rows(control, states, seen)
+        control.insert_new(states, seen, FETCH_APP)
     return out
 
 
@@ -208,11 +179,7 @@ def ingest_inputs(args) -> tuple[list[str], str, str]:
     read in place; other sources are listed and landed first (`land_files`)."""
     spec = args.source
     if not (spec.startswith("rds:") or "://" in spec):
-        from .local import resolve_source
-
         return resolve_source(spec), args.instance, "default"
-    from . import open_source
-
     options = {}
     if spec.startswith("rds:"):
         options = {"endpoint": getattr(args, "rds_endpoint", None), "lineage": getattr(args, "lineage", None),
