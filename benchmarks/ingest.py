@@ -28,7 +28,8 @@ sys.path.insert(0, str(HERE.parent))
 CHILD = r"""
 import json, sys, time, resource
 sys.path.insert(0, {root!r})
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
+from binlake.lake.pipeline import run_ingest
 # One-off module imports, timed apart (decode-only is timed after its imports too): the stages run_ingest
 # imports on first use, delta-rs, and pandas, which pyarrow imports on its first conversion of Python values.
 t = time.perf_counter()

@@ -300,7 +300,7 @@ def _held_back(exc, bar=None) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .lake.holds import TablesHeldBack
-    from .lake.ingest import run_ingest
+    from .lake.pipeline import run_ingest
 
     opts = _ingest_options(args)
     executor = spark = None

@@ -13,6 +13,9 @@ import shutil
 from pathlib import Path
 
 from .exitcodes import UnavailableError, UsageError
+from .lake.ingest import IngestOptions
+from .lake.pipeline import run_ingest
+from .lake.query import lake_tables, run_query, trace
 from .testing.mariadb import PrivateMariaDB, ServerError, find_server_binary
 from .testing.workload import run_all_types_workload
 
@@ -53,9 +56,6 @@ def write_sample_binlogs(workdir: Path) -> list[Path]:
 
 
 def run_demo(workdir: str | Path) -> int:
-    from .lake.ingest import IngestOptions, run_ingest
-    from .lake.query import lake_tables, run_query, trace
-
     work = Path(workdir).resolve()
     if find_server_binary() is None:
         raise UnavailableError("binlake demo needs a local MariaDB server binary (scripts/dev.sh setup installs "

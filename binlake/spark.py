@@ -8,6 +8,7 @@ import os
 import sys
 
 from .exitcodes import ExitCode
+from .lake.ingest import run_task
 
 
 class SparkUnavailable(RuntimeError):
@@ -59,8 +60,6 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
 
 def spark_executor(spark):
     """An ingest executor that runs each decode task as a Spark task and collects the results."""
-    from .lake.ingest import run_task
-
     def run(tasks, batch, resolver, filters):
         if not tasks:
             return []

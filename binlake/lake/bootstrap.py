@@ -41,6 +41,7 @@ from .current import key_names, merge_input
 from .engines import DeltaEngine, get_engine
 from .history import PARTITION_BY, CommittedBatch, history_table
 from .layout import LakeLayout
+from .pending import BatchStore
 
 TEMPORAL = ("date", "datetime", "timestamp", "time")
 METHODS = ("auto", "snapshot", "watermark")
@@ -259,8 +260,6 @@ def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: 
     engine = engine or get_engine()
     layout = LakeLayout(lake, pipeline)
     control = ControlTable(engine, layout)
-    from .pending import BatchStore
-
     for pb in BatchStore(lake, pipeline).unpublished():  # its batch number is not in the control table yet
         raise BootstrapError(f"batch {pb.batch} of pipeline {pipeline!r} is still {pb.state}: finish it (binlake "
                              "ingest) or release/discard it (binlake quarantine) before bootstrapping")

@@ -1,6 +1,7 @@
 """The ingest service: options, run summary and the pieces the stages share (file planning, decode tasks, the
 schema registry). The stages themselves are in pipeline.py (the segment-wise current merges in current.py);
-`run_ingest` runs them all (used by `binlake ingest`, the Spark job and the demo; Airflow runs them one task each).
+`pipeline.run_ingest` runs them all (used by `binlake ingest`, the Spark job and the demo; Airflow runs them one task
+each).
 
 Decoding is handed to an executor (in-process, or Spark tasks: one per file range); commits each carry an
 application transaction, and the control table advances last. Re-running a batch that was cut short at any point
@@ -23,6 +24,7 @@ from ..schema.model import TableDef
 from .control import FileState
 from .decode_task import RangeResult, decode_range
 from .engines import DELETED, SEQ, DeltaEngine
+from .holds import held_line
 from .layout import LakeLayout
 
 Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
@@ -84,8 +86,6 @@ class RunSummary:
         if self.history_only:
             lines.append(f"  history only (no primary or UNIQUE NOT NULL key): {', '.join(self.history_only)}")
         for name, hold in sorted(self.held.items()):
-            from .holds import held_line
-
             lines.append("  " + held_line(name, hold))
         for warning in self.warnings:
             lines.append(f"  warning: {warning}")
@@ -158,14 +158,6 @@ class _Registry:
                         schema=pa.schema([("table", pa.string()), ("version", pa.string()),
                                           ("definition", pa.string()), (SEQ, pa.int64()), (DELETED, pa.bool_())]))
         self.engine.merge(self.path, data, ["table"], self.layout.app_id("tables"), batch)
-
-
-def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
-               progress: Callable[[str], None] = lambda _msg: None) -> RunSummary:
-    """One batch through every stage (decode, history, gates, merge, gates, publish): see pipeline.py."""
-    from .pipeline import run_ingest as run_stages
-
-    return run_stages(opts, executor, engine, progress)
 
 
 class PartialImages(ValueError):

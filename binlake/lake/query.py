@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from .engines import get_engine
 from .layout import LakeLayout, path_part
+from .sqlguard import QueryRefused, rewrite_query
 
 
 def lake_tables(lake: str, dropped: bool = False, catalog: bool = False) -> dict[str, str]:
@@ -72,8 +73,6 @@ def run_query(lake: str, sql: str, dropped: bool = False) -> pa.Table:
     history generation of a re-used name (see lake_tables)."""
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import DeltaError
-
-    from .sqlguard import QueryRefused, rewrite_query
 
     if "://" not in lake and not Path(lake).is_dir():
         raise QueryRefused(f"--lake {lake}: no such lake directory")

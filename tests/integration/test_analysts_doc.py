@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
+from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import run_query
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,9 @@ import pytest
 
 from binlake.lake.bootstrap import BootstrapError, read_chunk, run_bootstrap, server_method
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 
 DB = "wm_db"
 

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
+from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import run_query
 from binlake.testing.oss_server import OssServer
 

@@ -17,8 +17,9 @@ import pytest
 from deltalake import DeltaTable
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 from binlake.quality.config import QualityConfig
 
 CREATE = ("CREATE TABLE g (id INT PRIMARY KEY, a INT, b VARCHAR(10), s INT AS (a * 2) STORED, "

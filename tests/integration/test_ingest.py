@@ -11,8 +11,9 @@ from decimal import Decimal
 import pytest
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 
 DB = "ingest_db"
 

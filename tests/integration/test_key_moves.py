@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 from binlake.quality.config import QualityConfig
 
 TABLES = {

@@ -19,8 +19,9 @@ from binlake.binlog.tablemap import Column
 from binlake.binlog.writer import BinlogWriter, column
 from binlake.lake.convert import VECTOR
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 
 DB = "lake_types"
 COLUMNS = [

@@ -12,8 +12,9 @@ from datetime import datetime
 import pytest
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import lake_tables, run_query
 
 MODES = ["FULL", "MINIMAL"]

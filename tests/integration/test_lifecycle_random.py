@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
+from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import lake_tables
 
 from .test_lifecycle import _norm

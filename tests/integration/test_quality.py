@@ -19,9 +19,10 @@ import pytest
 from binlake.cli import main
 from binlake.lake.control import ControlTable, FileState
 from binlake.lake.engines import ColumnChange, get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
 from binlake.lake.pending import BatchStore
+from binlake.lake.pipeline import run_ingest
 from binlake.quality.config import AlertConfig, QualityConfig
 from binlake.quality.gates import GateFailed
 from binlake.quality.quarantine import BatchQuarantined, quarantined, release_batch

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from binlake.cli import main
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
+from binlake.lake.pipeline import run_ingest
 from binlake.report.charts import PALETTE
 
 DB = "report_db"

@@ -8,8 +8,9 @@ position, matched by name; a definition from an unrelated lineage is matched by 
 from __future__ import annotations
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 from binlake.schema.api import take_snapshot
 
 

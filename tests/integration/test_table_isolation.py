@@ -16,10 +16,10 @@ from binlake.cli import main
 from binlake.exitcodes import ExitCode
 from binlake.lake.engines import get_engine
 from binlake.lake.holds import TablesHeldBack, held_tables
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
 from binlake.lake.pending import BatchStore
-from binlake.lake.pipeline import release_table
+from binlake.lake.pipeline import release_table, run_ingest
 from binlake.quality.config import QualityConfig
 
 GOOD = "CREATE TABLE good (id INT PRIMARY KEY, v INT, note VARCHAR(20))"

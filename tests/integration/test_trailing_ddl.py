@@ -4,8 +4,9 @@ mirror the source schema at the batch end), not only when a later batch brings a
 from __future__ import annotations
 
 from binlake.lake.engines import get_engine
-from binlake.lake.ingest import IngestOptions, run_ingest
+from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
+from binlake.lake.pipeline import run_ingest
 
 
 def _ingest(lake, files, db) -> dict:
