@@ -418,6 +418,7 @@ def _printable(text: str) -> str:
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from .lake.ingest import IngestOptions
     from .lake.pending import BatchStore
+    from .lake.pipeline import run_ingest
     from .quality.quarantine import discard_batch, quarantined, quarantined_files, release_batch
 
     if args.action == "list":
@@ -448,9 +449,12 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         print(f"batch {args.batch} discarded (history restored: {', '.join(restored) or 'none'}); the next ingest "
               "decodes its range again")
         return 0
-    summary = release_batch(opts, args.batch, run=not args.no_run,
-                            progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
-    print(summary.text() if summary is not None else f"batch {args.batch} released; the next ingest runs it")
+    release_batch(opts, args.batch)
+    if args.no_run:
+        print(f"batch {args.batch} released; the next ingest runs it")
+        return 0
+    summary = run_ingest(opts, progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
+    print(summary.text())
     return 0
 
 

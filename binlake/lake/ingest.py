@@ -129,7 +129,7 @@ def plan_files(opts: IngestOptions, states: dict) -> list[tuple[str, FileState]]
     return todo
 
 
-class _Registry:
+class TableRegistry:
     """`_binlake/tables`: the schema version each current table mirrors (to know what an ALTER changes)."""
 
     def __init__(self, engine: DeltaEngine, layout: LakeLayout) -> None:

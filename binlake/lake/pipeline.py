@@ -52,9 +52,9 @@ from .ingest import (
     Executor,
     IngestOptions,
     RunSummary,
+    TableRegistry,
     _ordered,
     _refuse_partial_images,
-    _Registry,
     local_executor,
     plan_files,
 )
@@ -202,7 +202,7 @@ def _schema_at_end(engine: DeltaEngine, layout: LakeLayout, resolver, pb: Pendin
     key = end_key(pb.files)
     if key is None:
         return {}
-    held = {name: row["version"] for name, row in _Registry(engine, layout).rows.items() if name not in pb.held}
+    held = {name: row["version"] for name, row in TableRegistry(engine, layout).rows.items() if name not in pb.held}
     for name, info in sorted(pb.tables.items(), key=lambda item: item[1].get("generation", 1)):
         if info["has_pk"]:
             held[info.get("name", name)] = table_maps[name][1].schema_version
@@ -249,7 +249,7 @@ def _hold_record(name: str, stage: str, error: str, file: str | None, pos: int |
 
 
 def hold_table(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch, entry: str,
-               exc: BaseException, registry: _Registry | None = None, saved: dict | None = None) -> None:
+               exc: BaseException, registry: TableRegistry | None = None, saved: dict | None = None) -> None:
     """Hold back a table of a prepared batch (its history is appended) whose current table cannot take the
     batch: restore the current table to its version before the batch and keep its registry entry. `entry` is
     its key in pb.tables (or pb.schema_end)."""
@@ -457,7 +457,7 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
             if not _table_error(exc):
                 raise
             hold_table(engine, layout, store, pb, name, exc)
-    registry = _Registry(engine, layout)
+    registry = TableRegistry(engine, layout)
     run = LifecycleRun(engine, layout, registry, pb)
     touched = run.touched()
     for name in plans:  # changes older than the table's last TRUNCATE (or its creation) never reach it
@@ -527,7 +527,7 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     return dict(pb.committed)
 
 
-def _record_columns(engine: DeltaEngine, layout: LakeLayout, registry: _Registry, name: str, warnings: list[str],
+def _record_columns(engine: DeltaEngine, layout: LakeLayout, registry: TableRegistry, name: str, warnings: list[str],
                     pb: PendingBatch) -> None:
     """The current table's properties say which columns are generated (and how) or invisible in the source, and
     keep the warnings about them (`binlake.generated`, `binlake.invisible`, `binlake.warnings`, JSON)."""

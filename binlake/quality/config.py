@@ -21,6 +21,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from .runner import ensure_context
+
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 
 
@@ -130,8 +132,6 @@ def load_expectations(path: str | None) -> dict[str, list[UserExpectation]]:
 def expectation_class(name: str, where: str = "") -> type:
     """The GE expectation class for a snake-case name (expect_column_values_to_be_between)."""
     import great_expectations as gx
-
-    from .runner import ensure_context
 
     ensure_context()
     camel = "".join(part.capitalize() for part in str(name).split("_"))

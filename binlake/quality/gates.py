@@ -30,8 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..exitcodes import ExitCode
+from ..lake.current import current_schema, merge_input, segments
+from ..lake.engines import SEQ
+from ..lake.ingest import TableRegistry
 from .config import QualityConfig, UserExpectation, expectation_class, load_expectations
-from .runner import Check, ExpectationResult, validate
+from .runner import Check, ExpectationResult, ensure_context, validate
 
 BEFORE, AFTER = "before merge", "after merge"
 BATCH_TABLE = "(batch)"
@@ -80,8 +83,6 @@ class GateFailed(Exception):
 def _gx():
     import great_expectations as gx
 
-    from .runner import ensure_context
-
     ensure_context()  # GE objects need an active (ephemeral) context
     return gx.expectations
 
@@ -101,8 +102,6 @@ def _keys(tm) -> list[str]:
 
 def before_merge_gate(pb, store, opts) -> GateReport:
     """Run every before-merge expectation on the pending batch `pb` (binlake.lake.pending)."""
-    from ..lake.current import merge_input, segments
-
     t0 = time.perf_counter()
     config: QualityConfig = opts.quality
     user = load_expectations(config.expectations)
@@ -299,16 +298,12 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
     """Run every after-merge expectation on the current tables the batch merged into."""
     import pandas as pd
 
-    from ..lake.current import current_schema
-    from ..lake.engines import SEQ
-    from ..lake.ingest import _Registry
-
     t0 = time.perf_counter()
     config: QualityConfig = opts.quality
     e = _gx()
     report = GateReport(pb.batch, AFTER)
     table_maps = store.read_table_maps(pb)
-    registry = _Registry(engine, layout)
+    registry = TableRegistry(engine, layout)
     batch_end = datetime.fromisoformat(pb.prepared_at)
     for name, info in sorted(pb.tables.items()):
         if not info["has_pk"]:

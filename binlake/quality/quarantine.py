@@ -16,9 +16,14 @@ from datetime import UTC, datetime
 
 from ..exitcodes import ExitCode
 from ..lake.control import ControlTable, FileState
+from ..lake.engines import get_engine
+from ..lake.layout import LakeLayout
+from ..lake.pending import BatchStore
 from .alerts import Alert, send_alert
 from .config import AlertConfig
+from .report import render
 from .runner import ExpectationResult
+from .validations import read_validations
 
 
 class BatchQuarantined(RuntimeError):
@@ -82,9 +87,6 @@ def quarantine_batch(engine, layout, store, pb, stage: str, failures: list[Expec
 def _write_batch_report(engine, store, pb, lake: str) -> str | None:
     """The batch's gate results as an HTML page next to its manifest (`gates.html`); None if it cannot be written
     (the quarantine itself must not fail on it)."""
-    from .report import render
-    from .validations import read_validations
-
     path = f"{store.dir}/{pb.batch}/gates.html"
     try:
         page = render(read_validations(engine, lake), f"binlake quality gates: batch {pb.batch}", pb.batch)
@@ -97,17 +99,12 @@ def _write_batch_report(engine, store, pb, lake: str) -> str | None:
 
 def quarantined(lake: str, pipeline: str = "default") -> list:
     """Pending batches of the pipeline that are quarantined (binlake.lake.pending.PendingBatch)."""
-    from ..lake.pending import BatchStore
-
     return [pb for pb in BatchStore(lake, pipeline).unpublished() if pb.state == "quarantined"]
 
 
 def quarantined_files(lake: str, pipeline: str = "default", engine=None) -> list[FileState]:
     """Control-table rows marked quarantined outside any quarantined batch (e.g. a download that failed its
     checksum), so `binlake quarantine list` shows every held-back file."""
-    from ..lake.engines import get_engine
-    from ..lake.layout import LakeLayout
-
     engine = engine or get_engine()
     in_batches = {(f["instance"], f["lineage"], f["file"]) for pb in quarantined(lake, pipeline) for f in pb.files}
     states = ControlTable(engine, LakeLayout(lake, pipeline)).load()
@@ -115,13 +112,9 @@ def quarantined_files(lake: str, pipeline: str = "default", engine=None) -> list
                   key=lambda s: (s.instance, s.lineage, s.file_seq))
 
 
-def release_batch(opts, batch: int, engine=None, run: bool = True, executor=None, progress=lambda _m: None):
-    """Release a quarantined batch; with `run`, re-run its remaining stages now (gates, merge, publish) and
-    return the RunSummary (the batch fails again with GateFailed if the gates still fail)."""
-    from ..lake.engines import get_engine
-    from ..lake.layout import LakeLayout
-    from ..lake.pending import BatchStore
-
+def release_batch(opts, batch: int, engine=None) -> None:
+    """Release a quarantined batch: the next `binlake.lake.pipeline.run_ingest` runs its remaining stages (gates,
+    merge, publish; the batch fails again with GateFailed if the gates still fail)."""
     engine = engine or get_engine(opts.engine)
     store = BatchStore(opts.lake, opts.pipeline)
     pb = store.load(batch)
@@ -131,12 +124,6 @@ def release_batch(opts, batch: int, engine=None, run: bool = True, executor=None
     pb.state = "released"
     pb.quarantine = {**(pb.quarantine or {}), "released_at": datetime.now(UTC).isoformat()}
     store.save(pb)
-    if not run:
-        return None
-    from ..lake.pipeline import run_ingest
-
-    kwargs = {"executor": executor} if executor else {}
-    return run_ingest(opts, engine=engine, progress=progress, **kwargs)
 
 
 class DiscardError(ValueError):
@@ -148,10 +135,6 @@ def discard_batch(opts, batch: int, engine=None) -> list[str]:
     that append is still the table's newest commit), mark the batch discarded and its files back to their status
     before it. The watermark never moved, so the next run decodes the same range again as a new batch. Returns
     the history tables restored."""
-    from ..lake.engines import get_engine
-    from ..lake.layout import LakeLayout
-    from ..lake.pending import BatchStore
-
     engine = engine or get_engine(opts.engine)
     layout = LakeLayout(opts.lake, opts.pipeline)
     store = BatchStore(opts.lake, opts.pipeline)

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
+from .validations import read_validations
+
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em}
@@ -73,8 +75,6 @@ def render(validations: pa.Table, title: str = "binlake quality gates", batch: i
 
 def write_report(engine, lake: str, out: str, batch: int | None = None) -> int:
     """Render the lake's validations table into `out`; returns the number of results shown."""
-    from .validations import read_validations
-
     data = read_validations(engine, lake)
     page = render(data, f"binlake quality gates: {lake}", batch)
     with open(out, "w", encoding="utf-8") as f:

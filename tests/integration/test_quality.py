@@ -237,7 +237,8 @@ def test_user_expectation_failure_quarantines_and_release_merges_once(server, tm
 
     rules.write_text(json.dumps({"tables": {f"{DB}.orders": [
         {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 10000}}]}}))
-    summary = release_batch(opts, 1)
+    release_batch(opts, 1)
+    summary = run_ingest(opts)
     assert summary.batch == 1
     assert "quality gates: before merge passed, after merge passed (released from quarantine)" in summary.text()
     assert without_meta(current(lake, "orders")) == server_rows(server, "orders")
@@ -300,7 +301,8 @@ def test_count_that_does_not_reconcile_restores_the_merge(server, tmp_path, webh
     assert [f.gate for f in failed.value.failures] == ["count_reconciles"]  # exactly this gate
     assert current(lake, "cnt") == before_rows  # the merge was undone
     assert_quarantined(lake, 1, before_control, "count_reconciles", webhook, "cnt")
-    summary = release_batch(opts, 1)  # the engine fixed (the real one)
+    release_batch(opts, 1)
+    summary = run_ingest(opts)  # the engine fixed (the real one)
     assert summary.batch == 1
     assert without_meta(current(lake, "cnt")) == server_rows(server, "cnt")
     assert history_ops(lake, "cnt") == {"insert": 11, "delete": 2, "update": 1}
