@@ -14,12 +14,14 @@ from __future__ import annotations
 import socket
 import sys
 
+from binlake.orchestration.jobs import job_main
+from binlake.spark import build_spark_session, spark_executor
+
 CLUSTER_FLAG = "--spark-cluster"
 
 
 def spark_executor_factory(cluster: bool = False):
     """A Spark-backed ingest executor and the function that stops its session."""
-    from binlake.spark import build_spark_session, spark_executor
 
     extra: dict[str, str] = {}
     if cluster:
@@ -33,7 +35,5 @@ def spark_executor_factory(cluster: bool = False):
 
 
 if __name__ == "__main__":
-    from binlake.orchestration.jobs import job_main
-
     cluster = CLUSTER_FLAG in sys.argv
     job_main([a for a in sys.argv[1:] if a != CLUSTER_FLAG], executor_factory=lambda: spark_executor_factory(cluster))

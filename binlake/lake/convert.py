@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from ..binlog.constants import ColumnType as T
 from ..binlog.rows import JsonPatch
 from ..binlog.tablemap import Column
-from ..binlog.values import ABSENT
+from ..binlog.values import ABSENT, vector_floats
 
 UINT64_DECIMAL = pa.decimal128(20, 0)
 VECTOR = pa.list_(pa.field("element", pa.float32()))  # Delta's (Parquet's) name for a list's items
@@ -187,7 +187,5 @@ def _careful(values: Sequence[Any], col: Column, typ: pa.DataType, where: str, s
     if typ == pa.binary():
         return pa.array([v.encode("utf-8") if isinstance(v, str) else v for v in vals], typ)
     if typ == VECTOR:  # a snapshot's SELECT gives a vector's bytes
-        from ..binlog.values import vector_floats
-
         return pa.array([vector_floats(v) if isinstance(v, (bytes, bytearray)) else v for v in vals], typ)
     return pa.array(vals, typ)

@@ -21,7 +21,9 @@ from ..schema.binlog_types import table_map_for
 from ..schema.evolve import column_mapping, default_value
 from ..schema.model import TableDef, expression_key
 from .convert import arrow_type
-from .engines import DELETED, SEQ, ColumnChange
+from .engines import DELETED, SEQ, ColumnChange, tombstone_path
+from .engines.schema_change import apply_changes
+from .generated import Untranslatable, compile_expression
 from .history import META_NAMES
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
@@ -173,8 +175,6 @@ def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableM
 def _generated(table: str, col, target: pa.DataType, warnings: list[str] | None):
     """The values of a generated column for rows no rows event carried (an ALTER added it or changed its
     expression): the expression evaluated, or nulls and a warning when it cannot be."""
-    from .generated import Untranslatable, compile_expression
-
     kind = "STORED" if col.stored else "VIRTUAL"
 
     def warn(reason: str) -> None:
@@ -224,8 +224,6 @@ class BackfillError(ValueError):
 
 def newest_seq(engine, path: str) -> int | None:
     """The newest `_seq` a current table has applied (its rows' and its tombstones'); None for no table."""
-    from .engines import tombstone_path
-
     out = None
     for p in (path, tombstone_path(path)):
         if engine.exists(p):
@@ -264,7 +262,6 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     if table_def is None:
         raise BackfillError(f"{tm.qualified_name}: a backfill of schema version {tm.schema_version} needs the "
                             "definition of the table's current version (ingest with --schemas or binlog DDL)")
-    from .engines.schema_change import apply_changes
 
     target = table_map_for(table_def, mariadb=True)  # Arrow types only; the flavour changes binlog codes
     target.schema_version = table_def.fingerprint()

@@ -26,9 +26,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..schema.lifecycle import lifecycle_of
-from .current import SEQ_FILE_SHIFT
+from .current import SEQ_FILE_SHIFT, newest_seq
 from .engines import DELETED, SEQ, DeltaEngine
 from .history import META_FIELDS, PARTITION_BY
+from .layout import path_part
+from .pending import lake_fs
 
 # gh-ost (_t_gho, _t_ghc, _t_del) and pt-online-schema-change (_t_new, _t_old) helper tables.
 DEFAULT_HELPERS = (r"^_.+_(gho|ghc|del)$", r"^_.+_(new|old)$")
@@ -290,8 +292,6 @@ def plan_batch(engine: DeltaEngine, layout, batch: int, ddl: list[dict], spans: 
     """The batch's lifecycle plan ({"events": [...], "slots": {slot: row}}) and, per table name with rows
     (`spans`: name -> first and last change seq), the slots its rows belong to."""
     catalog = LakeCatalog.load(engine, layout)
-    from .current import newest_seq
-
     planner = Planner(catalog, batch, tracked, helper_matcher(helpers),
                       lambda t: engine.exists(layout.current_path(*_split(t))),
                       lambda t: newest_seq(engine, layout.current_path(*_split(t))),
@@ -311,9 +311,6 @@ def current_tables(engine: DeltaEngine, layout, database: str) -> list[str]:
     from urllib.parse import unquote
 
     import pyarrow.fs as pafs
-
-    from .layout import path_part
-    from .pending import lake_fs
 
     fs, root = lake_fs(layout.root)
     try:
@@ -589,8 +586,6 @@ def _touched_names(plan: dict) -> set[str]:
 
 
 def _path_part(name: str) -> str:
-    from .layout import path_part
-
     return path_part(name)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..binlog.api import sequence_number
+from .ddl import Catalog, apply_ddl, parse_create_table
 
 _AUTO_INC = re.compile(r"\s+AUTO_INCREMENT=\d+", re.I)
 DECODING_FACTS = ("binlog_format", "binlog_row_image", "binlog_row_metadata", "binlog_row_value_options",
@@ -154,8 +155,6 @@ class SnapshotStore:
             by_db.setdefault(db, []).append(normalize_ddl(sql).rstrip(";") + ";\n")
         for db, statements in by_db.items():
             self.tree.write_text(f"{base}/{_safe_file(db)}.sql", f"-- database {db}\n" + "\n".join(statements))
-        from .ddl import parse_create_table
-
         tables = {}
         for qualified, sql in sorted(snapshot.ddl.items()):
             db = qualified.split(".", 1)[0]
@@ -212,8 +211,6 @@ def load_sql_tree(tree: FileTree, label: str) -> Snapshot:
 
 def _sql_snapshot(sources: list[tuple[str, str, str]], label: str) -> Snapshot:
     """One snapshot from (origin, database, SQL text) triples of CREATE TABLE statements."""
-    from .ddl import Catalog, apply_ddl
-
     ddl: dict[str, str] = {}
     for origin, db, text in sources:
         catalog = Catalog()

@@ -34,6 +34,7 @@ from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
 from binlake.binlog.errors import BinlogError
 from binlake.binlog.records import RowChange
 from binlake.binlog.stream import EventStream
+from binlake.binlog.writer import BinlogWriter, column
 
 KINDS = ("flip", "overwrite", "truncate", "truncate_boundary", "splice_events", "splice_bytes", "duplicate")
 
@@ -339,8 +340,6 @@ def bounded_outcome(data: bytes, name: str = "damaged.bin", timeout: float = 60.
 def writer_corpus(seed: int = 0) -> list[Intact]:
     """Files the project's binlog writer makes (MySQL 8.0 layout): row changes of varied column types, closed by
     ROTATE or STOP or still in use, CRC32 or not, FULL or MINIMAL metadata, GTIDs or anonymous."""
-    from binlake.binlog.writer import BinlogWriter, column
-
     rng = random.Random(seed)
     types = ["int", "bigint unsigned", "tinyint", "smallint", "mediumint", "decimal(12,3)", "double", "float",
              "varchar(40)", "char(8)", "text", "blob", "datetime(3)", "timestamp(6)", "date", "time(2)", "year",
