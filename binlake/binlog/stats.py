@@ -204,25 +204,34 @@ def stats_report(stats: BinlogStats, decoder_results: list, event_counts: Counte
     }
 
 
+def _shown(text: Any) -> str:
+    """A name from the binlog (file, table, version, GTID) for the terminal: control characters, C0 and C1 (U+0080..
+    U+009F, e.g. U+009B, a terminal's CSI) alike, as escapes, so no name can drive the terminal or break a line."""
+    text = str(text)
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def render_text(report: dict[str, Any]) -> str:
+    """The human text of a stats report; names are escaped here only (the JSON report keeps them as they are)."""
     lines = []
     lines.append(f"files: {len(report['files'])}  events: {report['events']}  rows: {report['rows']}  "
                  f"transactions: {report['transactions']}  statement events: {report['statement_events']}  "
                  f"DDL: {report['ddl_events']}")
     for f in report["files"]:
-        lines.append(f"  {f['file']}: {f['server_version']}, {f['events']} events, {f['rows']} rows, "
+        lines.append(f"  {_shown(f['file'])}: {_shown(f['server_version'])}, {f['events']} events, {f['rows']} rows, "
                      f"ended {f['end']} at {f['end_pos']}")
     lines.append("")
     lines.append(f"{'table':40} {'insert':>10} {'update':>10} {'delete':>10}")
     for t, c in report["tables"].items():
-        lines.append(f"{t:40} {c.get('insert', 0):>10} {c.get('update', 0):>10} {c.get('delete', 0):>10}")
+        lines.append(f"{_shown(t):40} {c.get('insert', 0):>10} {c.get('update', 0):>10} {c.get('delete', 0):>10}")
     lines.append("")
     lines.append("largest transactions (rows, bytes):")
     for t in report["largest_transactions"]:
-        lines.append(f"  {t['file']}:{t['pos']}  {t['rows']} rows  {t['bytes']} bytes  {t['start']}  {t['gtid'] or ''}")
+        lines.append(f"  {_shown(t['file'])}:{t['pos']}  {t['rows']} rows  {t['bytes']} bytes  {t['start']}  "
+                     f"{_shown(t['gtid'] or '')}")
     lines.append("longest transactions (first event to commit):")
     for t in report["longest_transactions"]:
-        lines.append(f"  {t['file']}:{t['pos']}  {t['duration_s']} s  {t['rows']} rows  {t['start']}")
+        lines.append(f"  {_shown(t['file'])}:{t['pos']}  {t['duration_s']} s  {t['rows']} rows  {t['start']}")
     lines.append("")
     lines.append("events over time:")
     peak = max((e["events"] for e in report["events_over_time"]), default=0)

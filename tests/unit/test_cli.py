@@ -131,3 +131,28 @@ def test_bad_option_value(capsys) -> None:
     assert code == 2 and "--ops" in err
     code, _, err = run(capsys, "decode", "--start-time", "yesterday", str(ZALORA / "mysql-bin.01"))
     assert code == 2 and "ISO 8601" in err
+
+
+def test_stats_text_escapes_c0_and_c1_controls_json_keeps_them(capsys, tmp_path: Path) -> None:
+    """Database, table and file names holding C0 (ESC) and C1 (U+009B, a terminal's CSI) controls: the human text
+    shows them as escapes, the JSON report as they are."""
+    from binlake.binlog.writer import BinlogWriter, column
+
+    db, table = "d\x9b31mb", "t\x1b[31mred\x9b2J\x85"
+    path = tmp_path / "f\x9b2J\x07name.000001"
+    with open(path, "wb") as f:
+        w = BinlogWriter(f, checksum=True, row_metadata="FULL", timestamp=1_700_000_000,
+                         start_gtid="3e11fa47-71ca-11e1-9e33-c80aa9429562:1")
+        tm = w.define_table(10, db, table, [column("int", "c", 0, nullable=False)], [0])
+        with w.transaction(timestamp=1_700_000_100) as tx:
+            tx.insert(tm, [[1], [2]])
+        w.rotate("f.000002", timestamp=1_700_000_200)
+    code, out, _ = run(capsys, "stats", str(path))
+    assert code == 0
+    assert all(ch.isprintable() for line in out.splitlines() for ch in line), out
+    assert "d\\x9b31mb.t\\x1b[31mred\\x9b2J\\x85" in out
+    assert out.count("f\\x9b2J\\x07name.000001") == 3  # file list, largest and longest transactions
+    code, out, _ = run(capsys, "stats", "--json", str(path))
+    report = json.loads(out)
+    assert report["tables"] == {f"{db}.{table}": {"insert": 2}}
+    assert report["files"][0]["file"] == path.name
