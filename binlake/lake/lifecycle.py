@@ -594,16 +594,22 @@ def _committed(engine: DeltaEngine, path: str, app: str, version: int) -> bool:
     return v is not None and v >= version
 
 
-def _version_before(engine: DeltaEngine, path: str, app: str, version: int) -> int:
-    """The table's version before the commit carrying (app, version) when that commit exists, else its current
-    version: where a retried event reads its source."""
-    current = engine.version(path)
-    if not _committed(engine, path, app, version):
-        return current
-    for h in engine.history(path):
-        if {"app_id": app, "version": version} in h["txns"]:
-            return h["version"] - 1
-    return current
+def _version_before(engine: DeltaEngine, path: str, app: str, version: int) -> int | None:
+    """The table's version before this batch's commits from step `version` on (the event's own and everything
+    after it): where an event reads its source, also when it runs again after a crash. None: the table did not
+    exist at the event (it was created by a later step)."""
+    if not engine.exists(path):
+        return None
+    history = engine.history(path)
+    later = [h["version"] for h in history if any(t["app_id"] == app and t["version"] >= version for t in h["txns"])]
+    if not later:
+        return engine.version(path)
+    before = min(later) - 1
+    first = next((h for h in history if h["version"] == 0), None)
+    # Version 0 without a transaction is the empty table binlake creates just before a table's first commit.
+    if before < 0 or (before == 0 and first is not None and not first["txns"]):
+        return None
+    return before
 
 
 def catalog_json(slots: dict) -> str:

@@ -256,3 +256,70 @@ def test_helper_table_patterns_are_configurable(mariadb_full, tmp_path) -> None:
     assert sorted(n for n in lake_tables(str(default)) if "__" not in n) == [f"{db}.copy_of_t"]
     assert sorted(n for n in lake_tables(str(custom)) if "__" not in n) == [f"{db}._t_gho"]
     assert f"{db}.copy_of_t" in lake_tables(str(custom), dropped=True)
+
+
+class _CrashAfter:
+    """delta-rs, failing after `n` successful commits of any kind (lifecycle ones included): a killed process."""
+
+    COMMITS = ("append", "merge", "replace_schema", "truncate", "copy_table", "reset")
+
+    def __init__(self, n: int | None) -> None:
+        self.inner = get_engine()
+        self.left = n
+        self.commits = 0
+        self.name = "crashing"
+
+    def __getattr__(self, item):
+        attr = getattr(self.inner, item)
+        if item not in self.COMMITS:
+            return attr
+
+        def commit(*args, **kwargs):
+            if self.left is not None and self.left <= 0:
+                raise RuntimeError("killed")
+            result = attr(*args, **kwargs)
+            self.commits += 1
+            if self.left is not None:
+                self.left -= 1
+            return result
+
+        return commit
+
+
+def test_killed_at_any_lifecycle_commit_then_rerun_equals_uninterrupted(mariadb_full, tmp_path) -> None:
+    """A batch with a swap, a move, a TRUNCATE, a DROP and a re-create: killed after each of its commits and run
+    again, the lake ends as the uninterrupted run left it (current tables, catalog, history) and no commit twice."""
+    from binlake.quality.config import QualityConfig
+
+    server = mariadb_full
+    db, db2 = fresh(server, "lc_kill", "lc_kill2")
+    first = server.binlog_files()[-1].name
+    run(server, db, "CREATE TABLE x (id INT PRIMARY KEY, v INT)", "CREATE TABLE y (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE t (id INT PRIMARY KEY, s VARCHAR(5))", "CREATE TABLE g (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO x VALUES (1, 1), (2, 2)", "INSERT INTO y VALUES (1, 10)", "INSERT INTO t VALUES (1, 'a')",
+        "INSERT INTO g VALUES (1, 1)", "UPDATE x SET v = 3 WHERE id = 1",
+        "RENAME TABLE x TO tmp, y TO x, tmp TO y", "INSERT INTO x VALUES (5, 50)", "TRUNCATE TABLE t",
+        "INSERT INTO t VALUES (2, 'b')", f"RENAME TABLE t TO {db2}.t", "DROP TABLE g",
+        "CREATE TABLE g (id BIGINT PRIMARY KEY, d DATETIME)", "INSERT INTO g VALUES (9, '2024-01-01 00:00:00')")
+    files = [str(f) for f in new_files(server, first)]
+    opts = dict(files=files, databases={db, db2}, quality=QualityConfig(enabled=False))
+    expected = server_tables(server, [db, db2])
+
+    def state(lake):
+        catalog = run_query(str(lake), 'SELECT slot, state, final_version FROM _binlake.catalog ORDER BY slot')
+        history = {n: get_engine().read(p).num_rows for n, p in lake_tables(str(lake), dropped=True).items()
+                   if "__history" in n}
+        return lake_current(lake, [db, db2]), catalog.to_pylist(), history
+
+    counting = _CrashAfter(None)
+    run_ingest(IngestOptions(lake=str(tmp_path / "clean"), **opts), engine=counting)
+    clean = state(tmp_path / "clean")
+    assert clean[0] == expected
+    for crash_at in range(counting.commits):
+        lake = tmp_path / f"crash{crash_at}"
+        with pytest.raises(RuntimeError, match="killed"):
+            run_ingest(IngestOptions(lake=str(lake), **opts), engine=_CrashAfter(crash_at))
+        assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch == 0
+        got = state(lake)
+        assert got[0] == clean[0] and got[2] == clean[2], f"killed after {crash_at} commits"
+        assert got[1] == clean[1], (crash_at, got[1], clean[1])
