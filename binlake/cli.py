@@ -403,9 +403,9 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 0
     frame = table.to_pandas()
     frame.columns = [_printable(str(c)) for c in frame.columns]
-    for c in frame.columns:  # text from the source must not drive the terminal
-        if frame[c].dtype.kind == "O":
-            frame[c] = frame[c].map(lambda v: _printable(v) if isinstance(v, str) else v)
+    for i in range(frame.shape[1]):  # text from the source must not drive the terminal (by position: names repeat)
+        if frame.dtypes.iloc[i].kind == "O":
+            frame.isetitem(i, frame.iloc[:, i].map(lambda v: _printable(v) if isinstance(v, str) else v))
     print(frame.to_string(index=False))
     return 0
 

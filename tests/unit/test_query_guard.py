@@ -158,3 +158,14 @@ def test_printed_results_cannot_drive_the_terminal(lake: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "\x1b" not in out and "a\\x1b[31mred\\nx" in out and "c\\nd" in out
     assert len(out.splitlines()) == 3  # header and two rows: no value broke a line
+
+
+def test_repeated_column_names_print(lake: Path, capsys) -> None:
+    """A join or SELECT naming the same column twice (a table joined with its history): every column printed,
+    text escaped in each, no internal error."""
+    sql = ("SELECT t.id, h.id, 'x' || chr(27) AS x, h._op FROM toddy_test.outbox t "
+           "JOIN toddy_test.outbox__history h ON t.id = h.id ORDER BY t.id")
+    assert main(["query", "--lake", str(lake), sql]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["id", "id", "x", "_op"]
+    assert [line.split() for line in lines[1:]] == [["62", "62", "x\\x1b", "insert"], ["63", "63", "x\\x1b", "insert"]]
