@@ -316,6 +316,9 @@ class EventStream:
             if first:
                 first = False
                 target = self.start_position
+                if target is not None and target not in (0, 4) and target < end:
+                    raise CorruptEvent(f"start position {target} is not an event boundary: it is inside the "
+                                       f"FORMAT_DESCRIPTION event (4 to {end}); start at 4 or at {end}", name, target)
                 if target is not None and target > end:
                     # The FDE is always read (it decides framing); then jump straight to the requested event.
                     self._skip_to(target)

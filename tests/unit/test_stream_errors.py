@@ -179,6 +179,27 @@ def test_start_position_not_on_an_event_boundary_is_an_error() -> None:
         decode_bytes(data, start_position=pos + 3)
 
 
+@pytest.mark.parametrize("path", [MULTI_TABLE, CRC_FILE], ids=lambda p: p.name)
+def test_start_position_inside_the_format_description_is_an_error(path) -> None:
+    """The FORMAT_DESCRIPTION is always read; a start inside it (or inside the magic) is no event boundary. 0 and 4
+    read the whole file, the FORMAT_DESCRIPTION's end the events after it."""
+    data = path.read_bytes()
+    (fde_pos, _, _), (after, _, _) = events_of(data)[:2]
+    assert fde_pos == 4
+    def shown(**opts) -> list:
+        return [change_to_dict(r) if isinstance(r, RowChange) else (r.kind, r.pos)
+                for r in decode_bytes(data, all_events=True, **opts)]
+
+    whole = shown()
+    assert any(isinstance(r, dict) for r in whole)
+    for start in (0, 4, after):
+        assert shown(start_position=start) == whole
+    for start in (1, 3, 5, 19, after - 1):
+        with pytest.raises(CorruptEvent, match=f"start position {start} is not an event boundary") as err:
+            decode_bytes(data, start_position=start)
+        assert err.value.pos == start
+
+
 def test_several_table_maps_in_one_transaction_resolve_by_id() -> None:
     two_tables = SHARED_BINLOGS / "blackbeam__rust_mysql_common/update-full-row.binlog"  # NDB: 2 tables per txn
     rows = [r for r in decode_bytes(two_tables.read_bytes()) if isinstance(r, RowChange)]
