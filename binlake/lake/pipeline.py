@@ -39,7 +39,6 @@ import pyarrow.compute as pc
 
 from ..quality.gates import GateFailed, GateReport, after_merge_gate, before_merge_gate
 from ..quality.quarantine import BatchQuarantined, quarantine_batch
-from ..quality.validations import record_report
 from ..schema.api import build_resolver
 from .control import ControlTable
 from .current import key_names, merge_input, segments
@@ -63,6 +62,7 @@ from .lifecycle import LifecycleRun, lifecycle_held, split_entries
 from .pending import BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
+from .validations import record_report
 
 __all__ = [
     "GateFailed",

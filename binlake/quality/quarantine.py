@@ -19,11 +19,11 @@ from ..lake.control import ControlTable, FileState
 from ..lake.engines import get_engine
 from ..lake.layout import LakeLayout
 from ..lake.pending import BatchStore
+from ..lake.validations import read_validations
 from .alerts import Alert, send_alert
 from .config import AlertConfig
 from .report import render
 from .runner import ExpectationResult
-from .validations import read_validations
 
 
 class BatchQuarantined(RuntimeError):

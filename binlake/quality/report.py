@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from .validations import read_validations
+from ..lake.validations import read_validations
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}

@@ -23,10 +23,10 @@ from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
 from binlake.lake.pending import BatchStore
 from binlake.lake.pipeline import run_ingest
+from binlake.lake.validations import read_validations
 from binlake.quality.config import AlertConfig, QualityConfig
 from binlake.quality.gates import GateFailed
 from binlake.quality.quarantine import BatchQuarantined, quarantined, release_batch
-from binlake.quality.validations import read_validations
 
 DB = "quality_db"
 
