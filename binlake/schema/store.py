@@ -129,7 +129,7 @@ class SnapshotStore:
     def at(cls, location: str | Path, instance: str = "default") -> SnapshotStore:
         """A store in a local directory, or on OSS for `oss://bucket/prefix` (endpoint and keys from OSS_*)."""
         if str(location).startswith("oss://"):
-            from ..sources.oss_tree import OssTree
+            from ..storage.oss_tree import OssTree  # loads oss2 (about a second): only for OSS stores
 
             return cls(OssTree(str(location)), instance)
         return cls(LocalTree(location), instance)

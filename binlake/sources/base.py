@@ -14,18 +14,9 @@ from typing import BinaryIO, Protocol
 
 from ..binlog.api import sequence_number
 from ..exitcodes import ExitCode
+from ..storage.errors import SourceConfigError, SourceError
 
-
-class SourceError(RuntimeError):
-    """A source could not list or deliver a file; names the source and the file."""
-
-    exit_code = ExitCode.UNAVAILABLE
-
-
-class SourceConfigError(SourceError, ValueError):
-    """The source is named or configured wrongly (unknown kind, no instance, no credentials, a bad option)."""
-
-    exit_code = ExitCode.USAGE
+__all__ = ["ChecksumMismatchError", "Source", "SourceConfigError", "SourceError", "SourceFile", "safe_file_name"]
 
 
 class ChecksumMismatchError(SourceError):

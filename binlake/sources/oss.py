@@ -33,10 +33,10 @@ from typing import BinaryIO
 import oss2
 
 from ..binlog.constants import MAGIC
+from ..storage.oss_client import OssLocation, OssSettings, describe, is_transient, with_retries
 from .base import ChecksumMismatchError, SourceError, SourceFile, safe_file_name
 from .checksum import Crc64, crc64_file
 from .landing import already_landed, commit_landed, landed_path, part_path
-from .oss_client import OssLocation, OssSettings, describe, is_transient, with_retries
 
 GZIP_MAGIC = b"\x1f\x8b"
 BINLOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.\d+(\.gz)?$")

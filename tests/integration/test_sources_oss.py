@@ -27,7 +27,7 @@ from binlake.schema.store import SnapshotStore, open_schemas
 from binlake.sources.base import ChecksumMismatchError, SourceError
 from binlake.sources.checksum import crc64_bytes
 from binlake.sources.oss import OssSource, upload_landed
-from binlake.sources.oss_client import OssSettings
+from binlake.storage.oss_client import OssSettings
 from binlake.testing.oss_server import OssServer
 from tests.integration.test_ingest import normalize, random_workload
 from tests.integration.test_schema_timeline import decode, run_script

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import oss2
 
-from .base import SourceConfigError, SourceError
+from .errors import SourceConfigError, SourceError
 
 T = TypeVar("T")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
