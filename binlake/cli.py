@@ -653,10 +653,12 @@ def _is_remote(path: str) -> bool:
 
 
 def _input_file(path: str, what: str) -> None:
-    if not os.path.lexists(path):
+    if not os.path.exists(path):  # also a symbolic link to nothing
         raise UsageError(f"{what} {path}: no such file")
     if os.path.isdir(path):
         raise UsageError(f"{what} {path}: is a directory, not a file")
+    if not os.path.isfile(path):  # opening a FIFO blocks until a writer comes; devices and sockets are no files
+        raise UsageError(f"{what} {path}: not a regular file (a pipe, device or socket); binlogs are read from files")
     try:
         with open(path, "rb"):
             pass

@@ -77,6 +77,22 @@ def test_decode_bad_files(capsys, tmp_path: Path) -> None:
     fails(capsys, tmp_path, ExitCode.BAD_DATA, "stats", str(tmp_path / "text.000004"), says="BadMagic")
 
 
+def test_decode_inputs_that_are_no_regular_files(capsys, tmp_path: Path) -> None:
+    """A FIFO (opening it blocked until a writer came: a hang), a device and a symbolic link to nothing: usage
+    errors naming the input, before anything is read."""
+    (tmp_path / "dangling.000001").symlink_to(tmp_path / "gone.000001")
+    fails(capsys, tmp_path, ExitCode.USAGE, "decode", str(tmp_path / "dangling.000001"), says="no such file")
+    fails(capsys, tmp_path, ExitCode.USAGE, "stats", os.devnull, says=f"{os.devnull}: not a regular file")
+    fifo = tmp_path / "pipe.000001"
+    os.mkfifo(fifo)
+    for command in ("decode", "stats"):
+        # In a child with a generous bound only because the failure mode is a hang.
+        done = _binlake(command, str(fifo), timeout=120)
+        lines = done.stderr.decode().splitlines()
+        assert done.returncode == ExitCode.USAGE and done.stdout == b"", done
+        assert len(lines) == 1 and f"{fifo}: not a regular file" in lines[0], lines
+
+
 def test_decode_bad_options(capsys, tmp_path: Path) -> None:
     f = str(SMALL)
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--start-position", "-1", f, says="--start-position")
