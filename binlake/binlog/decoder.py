@@ -453,6 +453,11 @@ class _FileState:
             self._load_open = False
         if etype == EventType.XID and self.txn.pos is None:
             raise CorruptEvent("XID event ends no transaction (nothing since the last commit)", name, pos)
+        if etype == EventType.INCIDENT and (self.txn.explicit or self.txn.rows):
+            # Servers write an INCIDENT straight to the binlog, between transactions (after one's COMMIT/XID, with
+            # its own GTID): one after BEGIN or rows is a damaged type (e.g. a rows event's, whose rows it drops).
+            raise CorruptEvent("INCIDENT event inside a transaction (after its BEGIN or rows); servers write "
+                               "incidents between transactions", name, pos)
 
     def _other(self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int) -> Iterator[EventRecord]:
         want = self.opts.all_events

@@ -5,6 +5,7 @@ Targeted cases for each kind of damage the fuzz run (below) found, then the seed
 from __future__ import annotations
 
 import io
+import itertools
 import zlib
 
 import pytest
@@ -238,3 +239,32 @@ def test_event_type_damaged_with_a_matching_crc_is_corrupt(which: str, new_type:
     fix_crc(data, ev.pos, ev.size)
     with pytest.raises(CorruptEvent):
         decode(bytes(data))
+
+
+PARTIAL_ROW = SHARED_BINLOGS / "blackbeam__rust_mysql_common/write-partial-row.binlog"  # rows events after rows
+
+
+@pytest.mark.skipif(not PARTIAL_ROW.exists(), reason=f"fixture binlogs not found at {SHARED_BINLOGS}")
+def test_rows_event_turned_into_an_incident_inside_a_transaction_is_corrupt() -> None:
+    """A rows event right after another rows event (no TABLE_MAP between) whose type is damaged into INCIDENT (26),
+    with a matching CRC when the file has one: found by the larger fuzz run (scripts/fuzz_decoder.py --seed 14) to
+    drop its rows with a clean end. Servers write INCIDENT only between transactions."""
+    data = bytes(PARTIAL_ROW.read_bytes())
+    stream = EventStream(io.BytesIO(data), "x")
+    evs = list(stream)
+    crc = bool(stream.first_fde and stream.first_fde.has_crc)
+    rows_types = {23, 24, 25, 30, 31, 32}
+    after_rows = [e for prev, e in itertools.pairwise(evs) if e.type in rows_types and prev.type in rows_types]
+    assert after_rows
+    for ev in after_rows:
+        damaged = bytearray(data)
+        damaged[ev.pos + 4] = 26
+        if crc:
+            fix_crc(damaged, ev.pos, ev.size)
+        with pytest.raises(CorruptEvent, match="INCIDENT event inside a transaction") as err:
+            decode(bytes(damaged))
+        assert err.value.pos == ev.pos
+    # A real INCIDENT between transactions still reads (MySQL 5.1's LOST_EVENTS test file).
+    real = SHARED_BINLOGS / "blackbeam__rust_mysql_common/bug40482-bin.000001"
+    kinds = [r.kind for r in decode(real.read_bytes(), all_events=True)]
+    assert "incident" in kinds
