@@ -57,13 +57,19 @@ def build_options(
     all_events: bool = False,
     commits: bool = False,
 ) -> DecodeOptions:
-    def split(v):
+    def split(v, option: str):
         if v is None:
             return None
         items = v.split(",") if isinstance(v, str) else list(v)
-        return {i.strip() for i in items if i.strip()}
+        kept = {i.strip() for i in items if i.strip()}
+        if not kept:  # an empty filter would keep nothing and end with exit 0
+            raise ValueError(f"{option} is empty: name at least one (or leave the option out)")
+        return kept
 
-    op_set = split(ops)
+    for option, value in (("--start-time", start_time), ("--stop-time", stop_time)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{option} is empty: give an ISO 8601 time (or leave the option out)")
+    op_set = split(ops, "--ops")
     if op_set is not None:
         bad = op_set - {"insert", "update", "delete"}
         if bad:
@@ -73,7 +79,7 @@ def build_options(
         stop_position=stop_position,
         start_time=parse_time(start_time) if start_time else None,
         stop_time=parse_time(stop_time) if stop_time else None,
-        databases=split(databases),
+        databases=split(databases, "--databases"),
         tables=re.compile(tables) if tables else None,
         ops=op_set,
         all_events=all_events,

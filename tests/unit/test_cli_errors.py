@@ -100,6 +100,12 @@ def test_decode_bad_options(capsys, tmp_path: Path) -> None:
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--tables", "(", f, says="--tables")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--ops", "upsert", f, says="--ops")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--stop-time", "soon", f, says="soon")
+    # empty filters kept nothing (exit 0, no output); empty times were ignored
+    for opt, values in (("--databases", ("", " ", ",")), ("--ops", ("", ", ,")), ("--stop-time", ("", " ")),
+                        ("--start-time", ("",))):
+        for value in values:
+            fails(capsys, tmp_path, ExitCode.USAGE, "decode", f"{opt}={value}", f, says=f"{opt} is empty")
+            fails(capsys, tmp_path, ExitCode.USAGE, "stats", f"{opt}={value}", f, says=f"{opt} is empty")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--format", "xml", f, says="--format")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", "--no-such-option", f, says="--no-such-option")
     fails(capsys, tmp_path, ExitCode.USAGE, "decode", says="files")
