@@ -85,6 +85,10 @@ class InstanceConfig(ConfigModel):
     def _source(cls, source: str, info: ValidationInfo) -> str:
         if not source.startswith(SOURCE_KINDS):
             raise ValueError(f"must start with one of {', '.join(SOURCE_KINDS)}, not {source!r}")
+        kind = next(k for k in SOURCE_KINDS if source.startswith(k))
+        if not source[len(kind):].strip("/ "):  # checked here, not first when the DAG runs
+            what = {"rds:": "an instance id", "oss://": "a bucket"}.get(kind, "a directory or glob")
+            raise ValueError(f"{source!r} lacks {what}")
         if source.startswith("local:"):
             source = "local:" + _resolve(_base(info), source[len("local:"):])
         return source

@@ -105,6 +105,10 @@ def test_unreadable_and_invalid_files(tmp_path: Path, monkeypatch: pytest.Monkey
     (top("spark = 3"), "`spark` must be a table/mapping"),
     (MINIMAL + "source_options = [1]\n", "`instances[0].source_options` must be a table/mapping"),
     (top('lake = ""').replace('lake = "lake"\n', ""), "`lake` must not be empty"),
+    # a source without its instance, bucket or directory failed only when the DAG ran
+    (MINIMAL.replace('"local:binlogs"', '"rds:"'), "`instances[0].source` 'rds:' lacks an instance id"),
+    (MINIMAL.replace('"local:binlogs"', '"oss:///"'), "`instances[0].source` 'oss:///' lacks a bucket"),
+    (MINIMAL.replace('"local:binlogs"', '"local:"'), "`instances[0].source` 'local:' lacks a directory"),
 ])
 def test_more_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text)
