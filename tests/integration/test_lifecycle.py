@@ -80,7 +80,7 @@ def run(server, db, *statements) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_truncate_drop_and_create_again(mariadb_servers, tmp_path, mode) -> None:
+def test_truncate_drop_and_create_again(mariadb_servers, tmp_path, mode, capsys) -> None:
     server = mariadb_servers.get(mode)
     db = fresh(server, f"lc_td_{mode.lower()}")[0]
     lake = tmp_path / "lake"
@@ -103,6 +103,13 @@ def test_truncate_drop_and_create_again(mariadb_servers, tmp_path, mode) -> None
     assert f"{db}.g__history__g1" in tables and f"{db}.g__history__g2" in tables
     old = run_query(str(lake), f"SELECT count(*) AS n FROM {db}.g__history__g1", dropped=True).to_pylist()
     assert old == [{"n": 3}]
+    # The command line: older generations only with --dropped.
+    from binlake.cli import main
+
+    sql = f"SELECT count(*) AS n FROM {db}.g__history__g1"
+    assert main(["query", "--lake", str(lake), "--dropped", sql]) == 0
+    assert capsys.readouterr().out.split() == ["n", "3"]
+    assert main(["query", "--lake", str(lake), sql]) != 0
     # DROP TABLE then DROP DATABASE: gone from the lake's listing, kept for time travel.
     run(server, db, "DROP TABLE t")
     ingest(lake, new_files(server, first), [db])
