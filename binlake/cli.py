@@ -752,7 +752,7 @@ def _mysql_failed(url: str, exc: Exception) -> UnavailableError:
 
 
 def exit_code_for(exc: BaseException) -> ExitCode:
-    """The documented exit code for an exception that reached the command line (README: Exit codes)."""
+    """The documented exit code for an exception that reached the command line (docs/cli.md: Exit codes)."""
     code = getattr(exc, "exit_code", None)
     if isinstance(code, int):
         return ExitCode(code)

@@ -1,4 +1,4 @@
-"""Decoded values (binlake's value contract) to Arrow columns, by the value mapping of ARCHITECTURE.md.
+"""Decoded values (binlake's value contract) to Arrow columns, by this mapping (also docs/lake.md, "Values").
 
 | MySQL | Arrow / Delta |
 |---|---|

@@ -1,5 +1,5 @@
 """The ingest as separate, idempotent stages, so a scheduler can run each as its own task and retry only what
-failed (README "Quality gates"):
+failed (docs/lake.md "Quality gates"):
 
     prepare_batch     pick files from the control table, build the schema timeline, decode, persist the pending
                       batch in the lake, append history (app txn). Resumes an unpublished batch instead of

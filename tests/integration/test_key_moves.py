@@ -215,7 +215,7 @@ def test_row_identity_is_the_key_the_server_takes_as_primary(mariadb_full, fresh
         roll = rng.random()
         if roll < 0.3:
             statements.append(f"ALTER TABLE t ADD UNIQUE KEY `a{i}` {key()}")
-        elif roll < 0.5:  # a new column (changing the nullability of key columns later: see the README limit)
+        elif roll < 0.5:  # a new column (changing the nullability of key columns later: see the docs/lake.md limit)
             statements.append(f"ALTER TABLE t ADD COLUMN `m{i}` INT NOT NULL, ADD UNIQUE KEY `am{i}` (`m{i}`)")
             cols.append((f"m{i}", "INT", True))
         elif roll < 0.65:

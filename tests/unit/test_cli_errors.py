@@ -324,7 +324,7 @@ def test_internal_error_one_line_and_debug_traceback(tmp_path: Path) -> None:
 
 
 def test_exit_codes_are_documented() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "cli.md").read_text()
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in ExitCode:
         assert f"| {int(code)} |" in section, code
