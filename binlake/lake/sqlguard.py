@@ -46,7 +46,13 @@ def _parse_select(sql: str) -> exp.Expression:
     try:
         statements = [t for t in sqlglot.parse(sql, read=_DIALECT) if t is not None]
     except sqlglot.errors.SqlglotError as exc:
-        raise _refuse(f"not valid SQL: {' '.join(str(exc).split())[:300]}") from None
+        errors = getattr(exc, "errors", None)
+        if errors:  # the parser's own text underlines the spot with terminal escape codes: name it instead
+            e = errors[0]
+            what = f"{e.get('description')} at line {e.get('line')}, column {e.get('col')} ({e.get('highlight')!r})"
+        else:
+            what = str(exc)
+        raise _refuse(f"not valid SQL: {' '.join(what.split())[:300]}") from None
     finally:
         logging.getLogger("sqlglot").setLevel(level)
     if len(statements) != 1:

@@ -169,3 +169,12 @@ def test_repeated_column_names_print(lake: Path, capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["id", "id", "x", "_op"]
     assert [line.split() for line in lines[1:]] == [["62", "62", "x\\x1b", "insert"], ["63", "63", "x\\x1b", "insert"]]
+
+
+def test_invalid_sql_is_named_without_terminal_escapes(lake: Path, capsys) -> None:
+    """A lookalike keyword (fullwidth letters) is not SQL: one line naming the spot, no escape codes (the parser's
+    message underlines it with ANSI codes, which came out as literal \\x1b[4m)."""
+    assert main(["query", "--lake", str(lake), "ＳＥＬＥＣＴ id FROM toddy_test.outbox"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "not valid SQL" in err and "line 1, column" in err
+    assert "\x1b" not in err and "\\x1b" not in err and "[4m" not in err
