@@ -1,11 +1,18 @@
 """Spark for binlake: the only place a SparkSession is built, and the ingest executor that runs decode tasks as
 Spark tasks. Imported only where Spark is wanted (`binlake ingest --spark`, spark_jobs/, tests): pyspark is the
-optional `spark` extra, and nothing else in binlake imports this module at its top."""
+optional `spark` extra, and nothing else in binlake imports this module at its top.
+
+The Delta jars: `scripts/dev.sh setup` fetches them with Maven into `.venv/jars/delta` (the jars folder of the
+environment running binlake; $BINLAKE_DELTA_JARS overrides it). When that folder holds them, every session this
+module starts gets them on `spark.jars` plus Delta's SQL extension and catalog, so the delta-spark engine and
+Spark SQL on `delta.`path`` tables work in it.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from .exitcodes import ExitCode
 from .lake.ingest import run_task
@@ -17,12 +24,93 @@ class SparkUnavailable(RuntimeError):
     exit_code = ExitCode.UNAVAILABLE
 
 
-def build_spark_session(app_name: str = "binlake", master: str | None = None, extra_conf: dict | None = None):
+DELTA_JARS_ENV = "BINLAKE_DELTA_JARS"
+SETUP_COMMAND = "bash scripts/dev.sh setup"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def delta_jars_dir() -> Path:
+    """Where the Delta jars are looked for: $BINLAKE_DELTA_JARS, else `<venv>/jars/delta`."""
+    return Path(os.environ.get(DELTA_JARS_ENV) or Path(sys.prefix) / "jars" / "delta")
+
+
+def delta_jars(folder: Path | None = None) -> list[str]:
+    """The jars of `folder` (default delta_jars_dir()), or [] when it holds no delta-spark jar."""
+    folder = folder or delta_jars_dir()
+    jars = sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+    return jars if any(Path(j).name.startswith("delta-spark_") for j in jars) else []
+
+
+def missing_jars_message(folder: Path | None = None) -> str:
+    return (f"the Delta jars are not in {folder or delta_jars_dir()}: fetch them with `{SETUP_COMMAND}` "
+            f"(or set {DELTA_JARS_ENV} to a folder holding them)")
+
+
+def _jvm_running() -> bool:
+    """Whether this process already has a Spark JVM: spark-submit started it, or an earlier session did."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
+def _delta_submitted(extra_conf: dict) -> bool:
+    """Whether Delta reaches the classpath another way: spark.jars / spark.jars.packages given or submitted."""
+    from pyspark import SparkConf
+
+    submitted = SparkConf()
+    for key in ("spark.jars", "spark.jars.packages"):
+        if "delta-spark" in str(extra_conf.get(key) or submitted.get(key, "") or ""):
+            return True
+    return False
+
+
+def delta_conf(jars: list[str], extra_conf: dict) -> dict[str, str]:
+    """spark.jars plus Delta's extension and catalog, added to what extra_conf (or spark-submit) already sets."""
+    from pyspark import SparkConf
+
+    submitted = SparkConf()  # spark-submit's settings; empty when this process starts the JVM itself
+
+    def listed(key: str) -> list[str]:
+        return [v for v in str(extra_conf.get(key) or submitted.get(key, "") or "").split(",") if v]
+
+    extensions = listed("spark.sql.extensions")
+    conf = {
+        "spark.sql.extensions": ",".join([*extensions, *([] if DELTA_EXTENSION in extensions else [DELTA_EXTENSION])]),
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+    }
+    given = listed("spark.jars")
+    if given or jars:
+        conf["spark.jars"] = ",".join([*given, *(j for j in jars if j not in given)])
+    return conf
+
+
+def build_spark_session(app_name: str = "binlake", master: str | None = None, extra_conf: dict | None = None,
+                        delta: bool | None = None):
     """A SparkSession with binlake's defaults: UI off, small shuffle, UTC session zone, loopback driver (local
-    masters only).
+    masters only), and Delta when its jars are present (see the module docstring).
 
     `master` defaults to $BINLAKE_SPARK_MASTER, then local[*]; under spark-submit the submitted master wins.
+    `delta`: None adds Delta when the jars are there; True requires it (EngineUnavailable, one line naming the
+    jar folder and the setup command, when the jars are neither there nor submitted); False leaves it out.
     """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkUnavailable(f"Spark is not installed ({exc}): pip install 'binlake[spark]'") from None
+    extra_conf = dict(extra_conf or {})
+    # The driver's classpath is fixed when its JVM starts: the jars go in only when this call starts it. Under
+    # spark-submit (or after an earlier session) Delta is there only if it was submitted (--jars, --packages).
+    jvm_running = _jvm_running()
+    jars = delta_jars() if delta is not False and not jvm_running else []
+    with_delta = bool(jars)
+    if delta and not jars:
+        with_delta = _delta_submitted(extra_conf)
+        if not with_delta and not jvm_running:
+            from .lake.engines.base import EngineUnavailable
+
+            raise EngineUnavailable(f"the delta-spark engine needs Delta on Spark's classpath, but "
+                                    f"{missing_jars_message()}")
     chosen = master or os.environ.get("BINLAKE_SPARK_MASTER")
     # Loopback only for a local master: a cluster's executors must reach the driver on a routable address.
     loopback = chosen is None or chosen.startswith("local")
@@ -31,10 +119,6 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     # Python workers must run this interpreter (with pyarrow and binlake), not whatever `python3` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise SparkUnavailable(f"Spark is not installed ({exc}): pip install 'binlake[spark]'") from None
 
     builder = SparkSession.builder.appName(app_name)
     if chosen:
@@ -50,7 +134,14 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     }
     if loopback:
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-    conf.update(extra_conf or {})
+    if with_delta:
+        conf.update(delta_conf(jars, extra_conf))
+        if loopback:
+            # Delta rebuilds a table's snapshot in 50 tasks by default, sized for clusters and long logs; on one
+            # machine those tasks dominate every small commit (the engine suite ran several times longer).
+            conf["spark.databricks.delta.snapshotPartitions"] = "2"
+        extra_conf = {k: v for k, v in extra_conf.items() if k not in ("spark.jars", "spark.sql.extensions")}
+    conf.update(extra_conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

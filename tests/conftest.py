@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -97,9 +98,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     return report
 
 
+REQUIRE_DELTA_SPARK = "BINLAKE_REQUIRE_DELTA_SPARK"
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip a delta-spark test for a missing engine, or fail it where the engine must be there (CI sets
+    BINLAKE_REQUIRE_DELTA_SPARK after fetching the jars)."""
+    if os.environ.get(REQUIRE_DELTA_SPARK):
+        pytest.fail(f"{reason} ({REQUIRE_DELTA_SPARK} is set: the delta-spark tests must run)", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark session (local[2], UI off) shared by the whole run; it takes seconds to start."""
+    """One local Spark session (local[2], UI off) shared by the whole run; it takes seconds to start. It has the
+    Delta jars, extension and catalog when `scripts/dev.sh setup` fetched them (binlake/spark.py)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from binlake.spark import build_spark_session
 

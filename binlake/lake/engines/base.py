@@ -29,6 +29,8 @@ class EngineUnavailable(EngineError):
 
     exit_code = ExitCode.UNAVAILABLE
 
+    exit_code = ExitCode.UNAVAILABLE
+
 
 class MergeInputError(EngineError, ValueError):
     """The data handed to `merge` violates its contract (missing columns, duplicate keys, null keys...)."""

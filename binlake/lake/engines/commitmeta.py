@@ -2,7 +2,8 @@
 
 The txn actions themselves are what Delta checks; this mirror (written in the same commit, so atomically) is what
 `history()` shows and what `restore()` uses to find the app ids whose txn versions it must roll back. delta-rs puts it
-under the commit-info key "binlake"; delta-spark puts the same JSON in `userMetadata`.
+under the commit-info key "binlake"; delta-spark puts the same JSON in `userMetadata`. Both engines read the commit
+log with delta-rs and accept either (`meta_of`), so a table one engine wrote has the same history in the other.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ def parse_meta(raw: Any) -> dict[str, Any] | None:
     if isinstance(raw, dict) and isinstance(raw.get("txns"), list):
         return raw
     return None
+
+
+def meta_of(commit_info: dict[str, Any]) -> dict[str, Any] | None:
+    """The binlake record of a commit-info dict as delta-rs returns it, whichever engine wrote it."""
+    return parse_meta(commit_info.get(META_KEY)) or parse_meta(commit_info.get("userMetadata"))
 
 
 def history_entry(version: int, timestamp: int | None, operation: str, meta: dict[str, Any] | None) -> HistoryEntry:

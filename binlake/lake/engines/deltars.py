@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
-from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, parse_meta
+from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
 from .mergeplan import MergeSpec
 from .schema_change import apply_changes, plan, relevant, renamed
 from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
@@ -113,11 +113,11 @@ class DeltaRsEngine:
         return pa.table(dt.scan(columns=columns)).cast(schema)
 
     def history(self, path: str) -> list[HistoryEntry]:
-        return [history_entry(h["version"], h.get("timestamp"), h.get("operation", ""), parse_meta(h.get(META_KEY)))
+        return [history_entry(h["version"], h.get("timestamp"), h.get("operation", ""), meta_of(h))
                 for h in self._dt(path).history()]
 
     def _history_meta(self, path: str) -> list[tuple[int, dict[str, Any] | None]]:
-        return [(h["version"], parse_meta(h.get(META_KEY))) for h in self._dt(path).history()]
+        return [(h["version"], meta_of(h)) for h in self._dt(path).history()]
 
     # -- writes -----------------------------------------------------------------------------------------------
 

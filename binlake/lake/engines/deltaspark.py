@@ -1,29 +1,33 @@
 """The cluster engine: delta-spark (DataFrame writes and DeltaTable.merge) on a SparkSession with the Delta jars.
 
-pyspark and delta are imported lazily, inside methods; the caller builds the session (with
-`spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension` and
-`spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog` and the delta-spark jars).
+pyspark and delta are imported lazily, inside methods. `binlake.spark.build_spark_session` builds sessions
+with the jars `scripts/dev.sh setup` fetched, `spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension` and
+`spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog`.
 
 Exactly-once:
 - appends and rewrites pass the DataFrame writer options `txnAppId`/`txnVersion` (Delta skips a write whose
-  version is <= the one recorded for the app id, and its conflict checker fails a commit that races a winning
-  commit with the same app id);
+  version is <= the one recorded for the app id, silently, and its conflict checker fails a commit that races a
+  winning commit with the same app id); a per-write token in the commit metadata tells whether this write is the
+  one that committed;
 - MERGE has no writer options; delta-spark (since 2.4, delta-io/delta#1555) takes the same pair from the session
   confs `spark.databricks.delta.write.txnAppId` / `spark.databricks.delta.write.txnVersion`. Delta leaves them set
   after the commit (autoReset is off by default), so they are set and unset around each merge under a lock, and
   the commit metadata JSON goes to `spark.databricks.delta.commitInfo.userMetadata` the same way.
-- Delta Spark has no public API returning a txn version, so `txn_version` replays the log with delta-rs (same
-  path; pass `storage_options` for object stores). Lowering txn versions on restore (which Delta Spark's own
-  writes refuse: a lower version is "already committed") is a metadata-only delta-rs commit as well.
-This engine could not be run where it was written (no Delta jars): see docs/engines.md for what is verified.
+- The log is read with delta-rs (same path; pass `storage_options` for object stores): Delta Spark has no public
+  API returning a txn version, and its history hides delta-rs's commit metadata. Restore is delta-rs's, the one
+  way to lower txn versions in the RESTORE commit (Delta Spark's writes refuse a lower version: "already
+  committed").
+Verified with delta-spark 4.4.0 on Spark 4.2.0 by tests/integration/test_engines.py; see docs/engines.md.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -31,11 +35,11 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from .base import ColumnChange, EngineError, EngineUnavailable, HistoryEntry, check_batch, is_committed
-from .commitmeta import app_ids_after, commit_meta, history_entry, parse_meta
+from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
 from .mergeplan import MergeSpec, quote
 from .schema_change import apply_changes, plan, relevant, renamed
-from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
+from .tombstones import merge_with_tombstones, tombstone_path
 
 T = TypeVar("T")
 
@@ -62,9 +66,9 @@ def available(spark: Any) -> tuple[bool, str]:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
         jvm.java.lang.Class.forName(DELTA_TABLE_CLASS, False, loader)
     except Exception:
-        return False, (f"the Delta jars are not on Spark's classpath (JVM class {DELTA_TABLE_CLASS} not found); "
-                       "add io.delta:delta-spark_2.13 matching the delta-spark package via spark.jars or "
-                       "spark.jars.packages")
+        return False, (f"the Delta jars are not on Spark's classpath (JVM class {DELTA_TABLE_CLASS} not found): "
+                       "`bash scripts/dev.sh setup` fetches them and binlake.spark.build_spark_session adds them "
+                       "to the sessions it builds")
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     catalog = spark.conf.get("spark.sql.catalog.spark_catalog", "") or ""
     if DELTA_EXTENSION not in extensions or catalog != DELTA_CATALOG:
@@ -83,6 +87,29 @@ def _has_ntz(schema: pa.Schema | pa.DataType) -> bool:
     if pa.types.is_list(schema) or pa.types.is_large_list(schema):
         return _has_ntz(schema.value_type)
     return False
+
+
+UNSTORABLE_NAME_CHARS = " ,;{}()\n\t="
+"""Characters Delta Spark refuses in column names unless the table uses column mapping. Column-mapped tables are
+not an option: delta-rs (the default engine, and this engine's log reader) reads their columns as nulls."""
+
+
+def check_column_names(schema: pa.Schema | pa.DataType, where: str) -> None:
+    """EngineError naming the first column (or struct field) Delta Spark cannot store without column mapping."""
+    if isinstance(schema, pa.Schema):
+        fields = list(schema)
+    elif pa.types.is_struct(schema):
+        fields = [schema.field(i) for i in range(schema.num_fields)]
+    elif pa.types.is_list(schema) or pa.types.is_large_list(schema):
+        fields = [schema.value_field]
+    else:
+        fields = []
+    for f in fields:
+        bad = sorted({c for c in f.name if c in UNSTORABLE_NAME_CHARS})
+        if bad:
+            raise EngineError(f"{where}: column {f.name!r} contains {''.join(bad)!r}, which Delta Spark stores only in "
+                              "tables with column mapping (that delta-rs cannot read); use the delta-rs engine for it")
+        check_column_names(f.type, where)
 
 
 class DeltaSparkEngine:
@@ -168,14 +195,14 @@ class DeltaSparkEngine:
     # -- reads ------------------------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(self.spark, str(path)))
+        # Not DeltaTable.isDeltaTable: it walks up to the nearest `_delta_log`, so the tombstone table's path
+        # (nested in its current table) would "exist" before it is created. A table is its own `_delta_log`.
+        return self._log.exists(path)
 
     def version(self, path: str) -> int | None:
         if not self.exists(path):
             return None
-        return int(self._table(path).history(1).select("version").first()[0])
+        return self._log.version(path)
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         return self._log.txn_version(path, app_id)
@@ -197,13 +224,17 @@ class DeltaSparkEngine:
         return df.toArrow().cast(schema)
 
     def history(self, path: str) -> list[HistoryEntry]:
-        rows = self._table(path).history().select("version", "timestamp", "operation", "userMetadata").collect()
-        return [history_entry(r["version"], int(r["timestamp"].timestamp() * 1000) if r["timestamp"] else None,
-                              r["operation"], parse_meta(r["userMetadata"])) for r in rows]
+        # Read with delta-rs: Spark's DESCRIBE HISTORY hides the commit-info key delta-rs records binlake's
+        # metadata under, so a table delta-rs wrote would show no txns here.
+        return self._log.history(path)
 
-    def _history_meta(self, path: str) -> list[tuple[int, dict[str, Any] | None]]:
-        rows = self._table(path).history().select("version", "userMetadata").collect()
-        return [(int(r["version"]), parse_meta(r["userMetadata"])) for r in rows]
+    def _wrote(self, path: str, before: int | None, token: str) -> bool:
+        """Whether the commit a write tagged with `token` exists after version `before`. Delta Spark skips a write
+        whose txn the table already has without an error, and a racing writer may have committed meanwhile, so
+        a changed version alone does not say that this write committed."""
+        dt = self._log._dt(path)
+        newer = dt.version() - (-1 if before is None else before)
+        return newer > 0 and any((meta_of(h) or {}).get("writer") == token for h in dt.history(newer))
 
     # -- writes -----------------------------------------------------------------------------------------------
 
@@ -225,6 +256,7 @@ class DeltaSparkEngine:
     def append(self, path: str, data: pa.Table, app_id: str, batch: int,
                partition_by: list[str] | None = None) -> bool:
         check_batch(app_id, batch)
+        check_column_names(data.schema, f"append {path}")
         meta = commit_meta("append", [(app_id, batch)])
 
         def attempt() -> bool:
@@ -232,9 +264,10 @@ class DeltaSparkEngine:
             if is_committed(self.txn_version(path, app_id), batch):
                 return False
             self._ensure_ntz_feature(path, data.schema)
-            before = self.version(path)
-            self._writer(self._df(data), "append", app_id, batch, meta).option("mergeSchema", "true").save(str(path))
-            return self.version(path) != before  # unchanged: Delta itself found the txn already committed
+            before, token = self.version(path), uuid.uuid4().hex
+            self._writer(self._df(data), "append", app_id, batch, {**meta, "writer": token}).option(
+                "mergeSchema", "true").save(str(path))
+            return self._wrote(path, before, token)
 
         return self._retry(attempt)
 
@@ -251,16 +284,23 @@ class DeltaSparkEngine:
                 merger = merger.whenMatchedUpdate(condition=clause.predicate, set=assignments)
             else:
                 merger = merger.whenNotMatchedInsert(condition=clause.predicate, values=assignments)
+        before, token = self.version(path), uuid.uuid4().hex
+        meta = {**meta, "writer": token}
         with self._session_txn(meta):
             merger.execute()
-        if check_txn and not is_committed(self.txn_version(path, app_id), batch):
-            # The merge changed nothing and made no commit: record the txn with an empty append.
-            empty = self.spark.read.format("delta").load(str(path)).limit(0)
-            self._writer(empty, "append", app_id, batch, meta).save(str(path))
-        return True
+        if not check_txn or self._wrote(path, before, token):
+            return True
+        if is_committed(self.txn_version(path, app_id), batch):
+            return False  # a racing writer committed the batch first; Delta skipped this merge silently
+        # The merge changed nothing and made no commit: record the txn with an empty append.
+        empty = self.spark.read.format("delta").load(str(path)).limit(0)
+        before = self.version(path)
+        self._writer(empty, "append", app_id, batch, meta).save(str(path))
+        return self._wrote(path, before, token)
 
     def merge(self, path: str, data: pa.Table, keys: list[str], app_id: str, batch: int) -> bool:
         check_batch(app_id, batch)
+        check_column_names(data.schema, f"merge {path}")
         return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
 
     def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
@@ -351,6 +391,7 @@ class DeltaSparkEngine:
         if is_committed(self.txn_version(path, app_id), batch):
             return False
         new = plan(self.table_schema(path), changes)
+        check_column_names(new, f"replace_schema {path}")
         self._ensure_ntz_feature(path, new)
 
         def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -359,41 +400,26 @@ class DeltaSparkEngine:
 
         df = self.spark.read.format("delta").load(str(path))
         out = df.mapInArrow(convert, from_arrow_schema(new, prefer_timestamp_ntz=True))
-        partitions = renamed(list(self._table(path).detail().select("partitionColumns").first()[0] or []), changes)
-        meta = commit_meta("replace_schema", [(app_id, batch)], changes=[f"{c.kind} {c.column}" for c in changes])
+        partitions = renamed(list(self._log._dt(path).metadata().partition_columns), changes)
+        token = uuid.uuid4().hex
+        meta = commit_meta("replace_schema", [(app_id, batch)], changes=[f"{c.kind} {c.column}" for c in changes],
+                           writer=token)
         writer = self._writer(out, "overwrite", app_id, batch, meta).option("overwriteSchema", "true")
         if partitions:
             writer = writer.partitionBy(*partitions)
-        from pyspark.errors import PythonException
-
+        before = self.version(path)
         try:
             writer.save(str(path))
-        except PythonException as exc:  # a failed conversion inside mapInArrow
-            raise EngineError(f"replace_schema {path}: {exc}") from exc
-        return True
+        except Exception as exc:
+            # A failed conversion inside mapInArrow reaches the driver wrapped in the task failure's Java trace.
+            failed = re.search(r"EngineError: (.+)", str(exc))
+            if failed:
+                raise EngineError(f"replace_schema {path}: {failed.group(1).strip()}") from None
+            raise
+        return self._wrote(path, before, token)
 
     def restore(self, path: str, version: int) -> None:
-        history = self._history_meta(path)
-        self._restore_one(path, version)
-        tpath = tombstone_path(path)
-        if self.exists(tpath):
-            current = self.version(tpath) or 0
-            self._restore_one(tpath, min(tombstone_version_at(history, version), current))
-
-    def _restore_one(self, path: str, version: int) -> None:
-        current = self.version(path)
-        if current is None or not 0 <= version <= current:
-            raise EngineError(f"restore {path}: version {version} is not in 0..{current}")
-        if version == current:
-            return
-        apps = sorted(app_ids_after(self.history(path), version))
-        then = self._log._dt(path, version)
-        txns = [(a, v if (v := then.transaction_version(a)) is not None else -1) for a in apps]
-        self._table(path).restoreToVersion(version)
-        if txns:
-            # Delta Spark refuses to write a txn version lower than the recorded one (it treats the write as done),
-            # so the rollback of txn versions is a metadata-only delta-rs commit.
-            dt = self._log._dt(path)
-            meta = commit_meta("restore", txns, restoredTo=version)
-            dt.create_write_transaction([], "append", dt.schema(), partition_by=dt.metadata().partition_columns,
-                                        commit_properties=self._log._props(meta))
+        # One RESTORE commit that also puts the txn versions back, which only delta-rs can write: Delta Spark
+        # refuses a txn version lower than the recorded one (it treats the write as done) and its RESTORE takes
+        # no txn. The commit is a plain Delta RESTORE, which Spark reads like its own.
+        self._log.restore(path, version)

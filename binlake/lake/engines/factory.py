@@ -24,6 +24,13 @@ def get_engine(name: str | None = None, spark: Any = None, storage_options: dict
     if chosen == "delta-spark":
         from .deltaspark import DeltaSparkEngine, available
 
+        if spark is None:  # the CLI, a stage process: binlake's own session, with the jars setup fetched
+            from ...spark import SparkUnavailable, build_spark_session
+
+            try:
+                spark = build_spark_session("binlake", delta=True)
+            except (EngineUnavailable, SparkUnavailable) as exc:
+                raise EngineUnavailable(f"{setting} = {name!r}: {exc}") from None
         ok, reason = available(spark)
         if not ok:
             raise EngineUnavailable(f"{setting} = {name!r}: delta-spark is unavailable: {reason}")
