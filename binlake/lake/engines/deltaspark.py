@@ -39,7 +39,7 @@ from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
 from .mergeplan import MergeSpec, quote
 from .schema_change import apply_changes, plan, relevant, renamed
-from .tombstones import merge_with_tombstones, tombstone_path
+from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
 
 T = TypeVar("T")
 
@@ -227,6 +227,9 @@ class DeltaSparkEngine:
         # Read with delta-rs: Spark's DESCRIBE HISTORY hides the commit-info key delta-rs records binlake's
         # metadata under, so a table delta-rs wrote would show no txns here.
         return self._log.history(path)
+
+    def _history_meta(self, path: str) -> list[tuple[int, dict[str, Any] | None]]:
+        return self._log._history_meta(path)
 
     def _wrote(self, path: str, before: int | None, token: str) -> bool:
         """Whether the commit a write tagged with `token` exists after version `before`. Delta Spark skips a write
