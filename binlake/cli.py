@@ -816,7 +816,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    if (getattr(args, "engine", None) or "").strip().lower() == "delta-spark":
+        _start_delta_spark()
     return args.func(args)
+
+
+def _start_delta_spark() -> None:
+    """`--engine delta-spark`: binlake's SparkSession with the Delta jars setup fetched, for get_engine to use."""
+    from .lake.engines import EngineUnavailable, use_spark
+    from .spark import SparkUnavailable, build_spark_session
+
+    try:
+        use_spark(build_spark_session("binlake", delta=True))
+    except (EngineUnavailable, SparkUnavailable) as exc:
+        raise EngineUnavailable(f"--engine delta-spark: {exc}") from None
 
 
 def guarded(work, debug: bool = False) -> int:

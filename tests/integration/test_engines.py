@@ -582,10 +582,18 @@ def test_get_engine_defaults_to_delta_rs_and_names_bad_config() -> None:
         get_engine("delta-lake", setting="lake_engine")
 
 
-def test_get_engine_builds_the_delta_spark_session_itself(spark_engine) -> None:
-    """`--engine delta-spark` from the command line: no session is handed in, binlake's own is used."""
-    built = get_engine("delta-spark")
-    assert built.name == "delta-spark" and built.spark.sparkContext is spark_engine.spark.sparkContext
+def test_get_engine_uses_the_session_the_command_line_set(spark_engine) -> None:
+    """`--engine delta-spark` from the command line: the CLI builds binlake's session and hands it over once."""
+    from binlake.lake.engines import use_spark
+
+    with pytest.raises(EngineUnavailable, match=r"engine = 'delta-spark'.*needs a SparkSession"):
+        get_engine("delta-spark")
+    use_spark(spark_engine.spark)
+    try:
+        built = get_engine("delta-spark")
+    finally:
+        use_spark(None)
+    assert built.name == "delta-spark" and built.spark is spark_engine.spark
 
 
 def test_delta_spark_without_the_jars_fails_in_one_line_naming_the_folder(tmp_path: Path) -> None:
@@ -606,5 +614,5 @@ def test_delta_spark_without_the_jars_fails_in_one_line_naming_the_folder(tmp_pa
                          timeout=300)
     assert run.returncode == ExitCode.UNAVAILABLE, run.stderr
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("binlake: error: engine = 'delta-spark': "), run.stderr
+    assert len(lines) == 1 and lines[0].startswith("binlake: error: --engine delta-spark: "), run.stderr
     assert f"the Delta jars are not in {missing}: fetch them with `bash scripts/dev.sh setup`" in lines[0]

@@ -14,7 +14,7 @@ from .base import (
     MergeInputError,
     TxnInfo,
 )
-from .factory import DEFAULT_ENGINE, ENGINE_NAMES, get_engine
+from .factory import DEFAULT_ENGINE, ENGINE_NAMES, get_engine, use_spark
 from .tombstones import TOMBSTONE_DIR, tombstone_path
 
 __all__ = [
@@ -32,4 +32,5 @@ __all__ = [
     "TxnInfo",
     "get_engine",
     "tombstone_path",
+    "use_spark",
 ]

@@ -8,6 +8,14 @@ from .base import DeltaEngine, EngineUnavailable
 
 DEFAULT_ENGINE = "delta-rs"
 ENGINE_NAMES = ("delta-rs", "delta-spark")
+_default_spark: Any = None
+
+
+def use_spark(session: Any) -> None:
+    """The SparkSession `get_engine("delta-spark")` uses when it is given none. The command line sets it for
+    `--engine delta-spark` (binlake.spark builds it, with the Delta jars); the lake layer never starts Spark."""
+    global _default_spark
+    _default_spark = session
 
 
 def get_engine(name: str | None = None, spark: Any = None, storage_options: dict[str, str] | None = None,
@@ -24,15 +32,8 @@ def get_engine(name: str | None = None, spark: Any = None, storage_options: dict
     if chosen == "delta-spark":
         from .deltaspark import DeltaSparkEngine, available
 
-        if spark is None:  # the CLI, a stage process: binlake's own session, with the jars setup fetched
-            from ...spark import SparkUnavailable, build_spark_session
-
-            try:
-                spark = build_spark_session("binlake", delta=True)
-            except (EngineUnavailable, SparkUnavailable) as exc:
-                raise EngineUnavailable(f"{setting} = {name!r}: {exc}") from None
-        ok, reason = available(spark)
+        ok, reason = available(spark if spark is not None else _default_spark)
         if not ok:
             raise EngineUnavailable(f"{setting} = {name!r}: delta-spark is unavailable: {reason}")
-        return DeltaSparkEngine(spark, storage_options)
+        return DeltaSparkEngine(spark if spark is not None else _default_spark, storage_options)
     raise EngineUnavailable(f"{setting} = {name!r} is not a Delta engine; choose one of {', '.join(ENGINE_NAMES)}")
