@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .exitcodes import ExitCode
+from .lake.engines.base import EngineUnavailable
 from .lake.ingest import run_task
 
 
@@ -107,8 +108,6 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     if delta and not jars:
         with_delta = _delta_submitted(extra_conf)
         if not with_delta and not jvm_running:
-            from .lake.engines.base import EngineUnavailable
-
             raise EngineUnavailable(f"the delta-spark engine needs Delta on Spark's classpath, but "
                                     f"{missing_jars_message()}")
     chosen = master or os.environ.get("BINLAKE_SPARK_MASTER")
