@@ -47,7 +47,7 @@ setup_venv() {
 }
 
 # The Delta Lake jars for the delta-spark engine, fetched from Maven Central with Maven into .venv/jars/delta
-# (spark_jobs/session.py puts them on spark.jars). The versions come from the installed delta-spark and pyspark
+# (binlake/spark.py puts them on spark.jars). The versions come from the installed delta-spark and pyspark
 # packages, so the jars always match the pins; scripts/maven/pom.xml says what is fetched. Maven's local
 # repository is .venv/m2, private to this venv: a fresh machine needs no ~/.m2 state, nothing outside the project
 # is written, and deleting .venv resets everything. Skipped when the stamp (pom + versions) matches.
