@@ -124,6 +124,29 @@ def test_decode_bad_options(capsys, tmp_path: Path) -> None:
           says="needs column names")
 
 
+def test_local_source_never_skips_a_damaged_binlog(capsys, tmp_path: Path) -> None:
+    """A file named like a binlog but without the magic (a flipped first byte, an empty copy, the UTF-8-mangled
+    binlog of a real project) between good ones was left out with exit 0; now BadMagic naming it, nothing written.
+    Index files, hidden downloads (.name.part) and other names are still left out."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(SMALL, src / "mysql-bin.000001")
+    (src / "mysql-bin.index").write_text("./mysql-bin.000001\n")
+    (src / ".mysql-bin.000002.part").write_bytes(b"")
+    (src / "notes.txt").write_text("x")
+    lake = tmp_path / "lake"
+    good = SMALL.read_bytes()
+    for damaged in (bytes([good[0] ^ 0xFF]) + good[1:], b"",
+                    (SHARED_BINLOGS / "alibaba__canal/tsdb/mysql-bin.000001").read_bytes()):
+        (src / "mysql-bin.000002").write_bytes(damaged)
+        line = fails(capsys, tmp_path, ExitCode.BAD_DATA, "ingest", "--source", f"local:{src}", "--lake", str(lake),
+                     "--no-progress", "--no-gates", says="BadMagic")
+        assert "mysql-bin.000002" in line and not lake.exists()
+    (src / "mysql-bin.000002").unlink()
+    assert main(["ingest", "--source", f"local:{src}", "--lake", str(lake), "--no-progress", "--no-gates"]) == 0
+    capsys.readouterr()
+
+
 def test_sources(capsys, tmp_path: Path, monkeypatch) -> None:
     for k in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", "OSS_ENDPOINT", "OSS_REGION",
               "OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET"):
