@@ -34,7 +34,7 @@ from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
 from binlake.binlog.errors import BinlogError
 from binlake.binlog.records import RowChange
 from binlake.binlog.stream import EventStream
-from binlake.binlog.writer import BinlogWriter, column
+from binlake.testing.binlog_writer import BinlogWriter, column
 
 KINDS = ("flip", "overwrite", "truncate", "truncate_boundary", "splice_events", "splice_bytes", "duplicate")
 

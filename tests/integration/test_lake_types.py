@@ -16,12 +16,12 @@ import pytest
 
 from binlake.binlog.errors import UnreadableTableMap
 from binlake.binlog.tablemap import Column
-from binlake.binlog.writer import BinlogWriter, column
 from binlake.lake.convert import VECTOR
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
 from binlake.lake.pipeline import run_ingest
+from binlake.testing.binlog_writer import BinlogWriter, column
 
 DB = "lake_types"
 COLUMNS = [

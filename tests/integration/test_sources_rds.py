@@ -22,7 +22,6 @@ import pytest
 from binlake.binlog.api import iter_changes
 from binlake.binlog.decoder import BinlogDecoder
 from binlake.binlog.records import RowChange
-from binlake.binlog.writer import BinlogWriter, column
 from binlake.lake.control import ControlTable
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
@@ -34,6 +33,7 @@ from binlake.sources.checksum import crc64_bytes
 from binlake.sources.fetch import land_files
 from binlake.sources.http import RetryPolicy
 from binlake.sources.rds import RdsApiError, RdsSource
+from binlake.testing.binlog_writer import BinlogWriter, column
 from binlake.testing.rds_server import LocalRdsServer
 
 INSTANCE = "rm-binlake0test"

@@ -136,7 +136,7 @@ def test_bad_option_value(capsys) -> None:
 def test_stats_text_escapes_c0_and_c1_controls_json_keeps_them(capsys, tmp_path: Path) -> None:
     """Database, table and file names holding C0 (ESC) and C1 (U+009B, a terminal's CSI) controls: the human text
     shows them as escapes, the JSON report as they are."""
-    from binlake.binlog.writer import BinlogWriter, column
+    from binlake.testing.binlog_writer import BinlogWriter, column
 
     db, table = "d\x9b31mb", "t\x1b[31mred\x9b2J\x85"
     path = tmp_path / "f\x9b2J\x07name.000001"

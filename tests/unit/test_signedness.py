@@ -16,7 +16,7 @@ from binlake.binlog.constants import EventType as E
 from binlake.binlog.decoder import BinlogDecoder
 from binlake.binlog.records import RowChange
 from binlake.binlog.stream import EventStream
-from binlake.binlog.writer import BinlogWriter, column
+from binlake.testing.binlog_writer import BinlogWriter, column
 
 TYPES = [
     ("tinyint", -128, 127), ("tinyint unsigned", 0, 255), ("smallint", -32768, 32767),

@@ -17,8 +17,8 @@ from binlake.binlog.errors import BinlogError, UnreadableTableMap
 from binlake.binlog.records import EventRecord, RowChange
 from binlake.binlog.stream import EventStream
 from binlake.binlog.tablemap import Column
-from binlake.binlog.writer import BinlogWriter, column
 from binlake.cli import main
+from binlake.testing.binlog_writer import BinlogWriter, column
 
 # (column type code, TABLE_MAP metadata bytes, a stored value) that no decoder path can read
 BAD_COLUMNS = {

@@ -17,9 +17,9 @@ from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
 from binlake.binlog.output import float32_value
 from binlake.binlog.records import RowChange
-from binlake.binlog.writer import BinlogWriter, column
 from binlake.lake.convert import VECTOR, ConversionStats, arrow_type, to_arrow
 from binlake.schema.api import build_resolver
+from binlake.testing.binlog_writer import BinlogWriter, column
 
 
 def _f32(x: float) -> float:

@@ -25,12 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from binlake.binlog import writer as writer_module
 from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.constants import EventType as E
 from binlake.binlog.constants import TableMapMeta as M
 from binlake.binlog.tablemap import Column
-from binlake.binlog.writer import BinlogWriter, GtidSet, column
+from binlake.testing import binlog_writer as writer_module
+from binlake.testing.binlog_writer import BinlogWriter, GtidSet, column
 
 MARIADB_BINLOG = shutil.which("mariadb-binlog") or "/usr/bin/mariadb-binlog"
 needs_mariadb = pytest.mark.skipif(not Path(MARIADB_BINLOG).exists(), reason="mariadb-binlog is not installed")

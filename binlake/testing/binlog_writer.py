@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any, BinaryIO
 
-from .charsets import COLLATION_IDS, charset_of, codec_of, decode_mysql_latin1, encode_mysql_latin1
-from .constants import (
+from binlake.binlog.charsets import COLLATION_IDS, charset_of, codec_of, decode_mysql_latin1, encode_mysql_latin1
+from binlake.binlog.constants import (
     BINARY_COLLATION,
     BINLOG_CHECKSUM_ALG_CRC32,
     BINLOG_CHECKSUM_ALG_OFF,
@@ -50,12 +50,12 @@ from .constants import (
     MAGIC,
     STMT_END_F,
 )
-from .constants import ColumnType as T
-from .constants import EventType as E
-from .constants import TableMapMeta as M
-from .jsonb import encode_jsonb
-from .packing import encode_packed_int
-from .tablemap import Column, TableMap, character_types, signedness_types
+from binlake.binlog.constants import ColumnType as T
+from binlake.binlog.constants import EventType as E
+from binlake.binlog.constants import TableMapMeta as M
+from binlake.binlog.jsonb import encode_jsonb
+from binlake.binlog.packing import encode_packed_int
+from binlake.binlog.tablemap import Column, TableMap, character_types, signedness_types
 
 __all__ = ["BinlogWriter", "GtidSet", "Transaction", "column", "packed_int"]
 
