@@ -242,13 +242,15 @@ def _ingest_options(args: argparse.Namespace):
     from .lake.ingest import IngestOptions
     from .sources.fetch import ingest_inputs
 
+    if args.databases is not None and not args.databases.replace(",", "").strip():  # before any fetch
+        raise ValueError("--databases is empty: name at least one (or leave the option out)")
     files, instance, lineage = ingest_inputs(args)
     if not files:
         raise ValueError(f"--source {args.source}: no binlog files there")
     return IngestOptions(
         lake=args.lake, files=files, schemas=args.schemas, instance=instance, lineage=lineage, engine=args.engine,
         pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
-        databases={d.strip() for d in args.databases.split(",")} if args.databases else None,
+        databases={d.strip() for d in args.databases.split(",") if d.strip()} if args.databases else None,
         split_bytes=args.split_mb << 20, quality=quality_config(args),
         helper_tables=getattr(args, "helper_tables", None) or None,
     )

@@ -143,6 +143,9 @@ def test_local_source_never_skips_a_damaged_binlog(capsys, tmp_path: Path) -> No
                      "--no-progress", "--no-gates", says="BadMagic")
         assert "mysql-bin.000002" in line and not lake.exists()
     (src / "mysql-bin.000002").unlink()
+    for empty in ("", " , "):  # an empty filter ingested every database
+        fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", f"local:{src}", "--lake", str(lake),
+              f"--databases={empty}", "--no-progress", "--no-gates", says="--databases is empty")
     assert main(["ingest", "--source", f"local:{src}", "--lake", str(lake), "--no-progress", "--no-gates"]) == 0
     capsys.readouterr()
 
