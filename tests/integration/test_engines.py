@@ -317,7 +317,7 @@ def test_out_of_order_batches_converge_to_the_in_order_result(engine: DeltaEngin
     @given(shuffled_batches())
     def check(case: tuple[list[Change], list[int], list[tuple[int, bool]]]) -> None:
         log, bounds, plan = case
-        path = str(lake_root / f"prop_{next(counter)}")
+        path = str(lake_root / f"prop_{engine.name}_{next(counter)}")  # lake_root is shared by both engines
         for b, fresh in plan:
             app_id = f"batch-{b}" + (f"-replay-{uuid.uuid4().hex[:6]}" if fresh else "")
             engine.merge(path, _reduced(log, bounds[b], bounds[b + 1]), ["id"], app_id, 0)
