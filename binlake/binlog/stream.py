@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import numpy as np
+
 from .constants import (
     BINLOG_CHECKSUM_ALG_CRC32,
     BINLOG_CHECKSUM_ALG_OFF,
@@ -372,11 +374,47 @@ class EventStream:
             else f"event declares {declared} bytes but only {trailing} remain"
         )
         if self.in_use:
+            found = self._complete_event_after(self._off + 1) if declared is not None else None
+            if found is not None:
+                raise CorruptEvent(
+                    f"event declares {declared} bytes, past the end of the file, but a complete event follows at "
+                    f"{found}: its length is damaged (only the last event of a file in use may be cut short)",
+                    self.name, pos)
             self.end = StreamEnd(pos, END_IN_USE, trailing)
             return
         self.end = StreamEnd(pos, END_TRUNCATED, trailing)
         if not self.allow_truncated:
             raise TruncatedFile(f"file is truncated: {what}", self.name, pos, in_use=False)
+
+
+    def _complete_event_after(self, start: int) -> int | None:
+        """File position of a whole event inside the bytes that follow a "torn" last event, or None. A server tears
+        only the event it was writing, so a complete event after it (its next-position field is its end and its
+        CRC32 matches) means the torn event's length was damaged. Scanned in bounded slices with numpy; needs
+        checksums and the file's own positions (a relay log's are the source's)."""
+        if not (self.fde.has_crc and self.local_positions and self.exact_positions):
+            return None
+        buf, base = self._buf, self._base
+        n = len(buf)
+        step = 8 << 20
+        for lo in range(start, n - HEADER_LEN, step):
+            hi = min(n - HEADER_LEN, lo + step)  # candidate header offsets lo..hi-1
+            b = np.frombuffer(memoryview(buf)[lo : hi + HEADER_LEN], dtype=np.uint8).astype(np.uint64)
+            m = hi - lo
+
+            def u32(at: int, b=b, m=m) -> np.ndarray:
+                return b[at : at + m] | (b[at + 1 : at + 1 + m] << 8) | (b[at + 2 : at + 2 + m] << 16) | (
+                    b[at + 3 : at + 3 + m] << 24)
+
+            size = u32(9)
+            offs = np.arange(lo, hi, dtype=np.uint64)
+            ok = (size >= HEADER_LEN + 4) & (offs + size <= n) & (u32(13) == offs + size + base)
+            for q in np.flatnonzero(ok):
+                q = lo + int(q)
+                end = q + int(size[q - lo])
+                if zlib.crc32(memoryview(buf)[q : end - 4]) == int.from_bytes(buf[end - 4 : end], "little"):
+                    return base + q
+        return None
 
 
 def _exact_positions(fde: FormatDescription) -> bool:

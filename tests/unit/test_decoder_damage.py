@@ -172,6 +172,30 @@ def test_in_use_file_with_a_damaged_length_mid_file_is_corrupt_not_a_quiet_end()
     assert err.value.pos == ev.pos
 
 
+@NO_FIXTURES
+@pytest.mark.parametrize("index", [1, 5, -3])
+def test_in_use_file_whose_length_and_next_position_agree_on_running_past_the_end_is_corrupt(index) -> None:
+    # Both fields damaged consistently: the event looks torn, but whole events follow it.
+    data = bytearray(IN_USE_57.read_bytes())
+    ev = events(bytes(data))[index]
+    size = len(data) - ev.pos + 1000 + index * 7
+    data[ev.pos + 9 : ev.pos + 13] = size.to_bytes(4, "little")
+    data[ev.pos + 13 : ev.pos + 17] = (ev.pos + size).to_bytes(4, "little")
+    with pytest.raises(CorruptEvent) as err:
+        decode(bytes(data))
+    assert err.value.pos == ev.pos and "complete event follows" in str(err.value)
+
+
+@NO_FIXTURES
+def test_in_use_file_torn_inside_its_last_event_still_ends_quietly_after_the_scan() -> None:
+    data = IN_USE_57.read_bytes()
+    last = events(data)[-1]
+    decoder = BinlogDecoder()
+    rows = sum(1 for r in decoder.decode_stream(io.BytesIO(data[: last.pos + last.size - 1]), "x")
+               if isinstance(r, RowChange))
+    assert decoder.results[-1].end.status == END_IN_USE and rows == row_count(data[: last.pos])
+
+
 # -- the fuzz run ----------------------------------------------------------------------------------------------------
 
 FUZZ_CASES_PER_SOURCE = 40  # x (73 fixture files + 4 writer files): about 3,000 mutants, half with CRCs recomputed
