@@ -311,6 +311,7 @@ class DeltaSparkEngine:
 
         df = self.spark.createDataFrame([], from_arrow_schema(schema, prefer_timestamp_ntz=True))
         meta = commit_meta("reset", [(app_id, batch)])
+        self._ensure_ntz_feature(path, schema)  # a re-created table gaining a DATETIME over an existing one
         self._writer(df, "overwrite", app_id, batch, meta).option("overwriteSchema", "true").save(str(path))
 
     def truncate(self, path: str, app_id: str, batch: int) -> bool:
