@@ -522,6 +522,13 @@ class _Statement:
                 return DdlEffect("ignored")
             raise DdlError(f"RENAME {c.describe()} is not understood")
         if_exists = c.accept("IF", "EXISTS")
+        pairs = self.rename_pairs()
+        self.end()
+        return self.apply_renames(pairs, if_exists)
+
+    def rename_pairs(self) -> list[tuple[TableName, TableName]]:
+        """`a [WAIT n | NOWAIT] TO b [, c TO d ...]` of a RENAME TABLE, after its IF EXISTS."""
+        c = self.cur
         pairs: list[tuple[TableName, TableName]] = []
         while True:
             src = self.table_name()
@@ -531,9 +538,7 @@ class _Statement:
             c.expect("TO")
             pairs.append((src, self.table_name()))
             if not c.accept_op(","):
-                break
-        self.end()
-        return self.apply_renames(pairs, if_exists)
+                return pairs
 
     def apply_renames(self, pairs: list[tuple[TableName, TableName]], if_exists: bool = False) -> DdlEffect:
         """Renames applied in order on an overlay, so `t TO t_old, t_new TO t` swaps."""

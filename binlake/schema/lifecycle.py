@@ -46,16 +46,7 @@ def lifecycle_of(sql: str, default_db: str | None) -> LifecycleOp | None:
             if not (cur.accept("TABLE") or cur.accept("TABLES")):
                 return None
             cur.accept("IF", "EXISTS")
-            pairs = []
-            while True:
-                src = st.table_name()
-                if cur.accept("WAIT"):
-                    cur.integer()
-                cur.accept("NOWAIT")
-                cur.expect("TO")
-                pairs.append((src.qualified, st.table_name().qualified))
-                if not cur.accept_op(","):
-                    break
+            pairs = [(src.qualified, dst.qualified) for src, dst in st.rename_pairs()]
             return LifecycleOp("rename", renames=pairs)
         if word == "ALTER":
             while cur.accept("ONLINE") or cur.accept("OFFLINE") or cur.accept("IGNORE"):
