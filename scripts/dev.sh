@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # binlake developer entry point: `setup`, `demo` (set up + run the main job), `test` (set up + ruff + pytest),
-# `jars` (only the Delta jars step of setup).
+# `jars` (only the Maven jar steps of setup: Delta, Kafka).
 # Installs what the machine lacks (Debian packages when run as root, the venv) and is safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,7 @@ setup_system() {
   command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null 2>&1 || pkgs+=(maven)  # fetches the Delta jars (setup_delta_jars)
   command -v chromium >/dev/null 2>&1 || pkgs+=(chromium)  # headless: the tests render the HTML reports
+  command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)  # the Kafka sink's Redis consumer example
   if [ ${#pkgs[@]} -gt 0 ]; then apt_install "${pkgs[@]}"; fi
 }
 
@@ -93,6 +94,36 @@ PY
   log "Delta jars ready: $(ls "$dir"/*.jar | wc -l) jars, $(du -sh "$dir" | cut -f1) in $dir"
 }
 
+# The Apache Kafka broker jars (kafka_2.13 and its runtime dependencies) for the Kafka sink's tests, benchmark and
+# demo, fetched from Maven Central with Maven into .venv/jars/kafka; binlake/testing/kafka.py runs the broker from
+# them with Java (single-node KRaft on loopback). scripts/maven/kafka-pom.xml says what is fetched; same private
+# Maven repository and stamp rule as the Delta jars.
+setup_kafka_jars() {
+  local dir="$VENV/jars/kafka" repo="$VENV/m2" pom="$ROOT/scripts/maven/kafka-pom.xml" want
+  want="$(sha256sum "$pom" | cut -c1-16)"
+  if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$want" ]; then return 0; fi
+  command -v mvn >/dev/null 2>&1 || { log "Maven (mvn) is missing: install it (apt-get install -y maven) and re-run setup"; return 1; }
+  log "fetching the Kafka broker jars (org.apache.kafka:kafka_2.13 and its dependencies) into $dir"
+  local tmp="$dir.tmp" out
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  if ! out=$(mvn -B -q -U -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$repo" \
+      dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime 2>&1); then
+    printf '%s\n' "$out" | sed -e 's/\x1b\[[0-9;]*m//g' -e 's/ -> \[Help 1\]$//' | grep -m 1 -E '^\[ERROR\] [^ ]' >&2 || true
+    log "Maven could not fetch the Kafka jars (above); the Kafka sink's tests need them in $dir"
+    rm -rf "$tmp"
+    return 1
+  fi
+  if ! ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1; then
+    log "Maven finished but $tmp holds no kafka_2.13 jar"
+    return 1
+  fi
+  echo "$want" > "$tmp/.stamp"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  log "Kafka jars ready: $(ls "$dir"/*.jar | wc -l) jars, $(du -sh "$dir" | cut -f1) in $dir"
+}
+
 cmd=${1:-help}
 shift || true
 case "$cmd" in
@@ -100,14 +131,17 @@ case "$cmd" in
     setup_system
     setup_venv
     setup_delta_jars
+    setup_kafka_jars
     ;;
   jars)
     setup_delta_jars
+    setup_kafka_jars
     ;;
   demo)
     setup_system
     setup_venv
     setup_delta_jars
+    setup_kafka_jars
     export SPARK_LOCAL_IP=127.0.0.1
     exec "$VENV/bin/binlake" demo "$@"
     ;;
@@ -115,9 +149,11 @@ case "$cmd" in
     setup_system
     setup_venv
     setup_delta_jars
+    setup_kafka_jars
     export SPARK_LOCAL_IP=127.0.0.1
     # The jars are in place, so a skipped delta-spark test would hide a broken setup: make it a failure.
     export BINLAKE_REQUIRE_DELTA_SPARK=1
+    export BINLAKE_REQUIRE_KAFKA=1  # likewise the Kafka broker jars
     log "ruff check"
     "$VENV/bin/ruff" check .
     log "pytest"

@@ -10,6 +10,7 @@ from typing import NoReturn
 
 import pytest
 
+from binlake.testing.kafka import PrivateKafka, unavailable_reason
 from binlake.testing.mariadb import PrivateMariaDB, find_server_binary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -131,3 +132,21 @@ def lake_dir(tmp_path: Path) -> Path:
     path = tmp_path / "lake"
     path.mkdir()
     return path
+
+
+REQUIRE_KAFKA = "BINLAKE_REQUIRE_KAFKA"
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
+    """One private single-node KRaft Kafka broker on loopback for the whole run (binlake/testing/kafka.py), run with
+    Java from the jars `scripts/dev.sh setup` fetches; skipped without them, failed where they must be there (CI
+    sets BINLAKE_REQUIRE_KAFKA)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get(REQUIRE_KAFKA):
+            pytest.fail(f"{reason} ({REQUIRE_KAFKA} is set: the Kafka tests must run)", pytrace=False)
+        pytest.skip(reason)
+    broker = PrivateKafka.start(base_dir=tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()
