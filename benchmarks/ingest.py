@@ -29,11 +29,11 @@ CHILD = r"""
 import json, sys, time, resource
 sys.path.insert(0, {root!r})
 from binlake.lake.ingest import IngestOptions
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 # One-off module imports, timed apart (decode-only is timed after its imports too): the stages run_ingest
 # imports on first use, delta-rs, and pandas, which pyarrow imports on its first conversion of Python values.
 t = time.perf_counter()
-import binlake.lake.pipeline, deltalake, pyarrow
+import binlake.quality.stages, deltalake, pyarrow
 pyarrow.array([0])
 imports = time.perf_counter() - t
 mode, lake, files = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -44,7 +44,7 @@ if mode.startswith("spark"):
     executor = {{"executor": spark_executor(spark)}}
 quality = {{}}
 if mode == "local-nogates":
-    from binlake.quality.config import QualityConfig
+    from binlake.settings import QualityConfig
     quality = {{"quality": QualityConfig(enabled=False)}}
 opts = IngestOptions(lake=lake, files=files, split_bytes=8 << 20, **quality)
 t, c = time.perf_counter(), time.process_time()

@@ -268,7 +268,7 @@ def _add_quality_options(p: argparse.ArgumentParser) -> None:
 
 def quality_config(args: argparse.Namespace):
     """The gates' settings from `_add_quality_options` arguments."""
-    from .quality.config import AlertConfig, QualityConfig
+    from .settings import AlertConfig, QualityConfig
 
     host, _, port = (getattr(args, "smtp_host", None) or "").partition(":")
     alerts = AlertConfig(webhook_url=getattr(args, "alert_webhook", None), email_to=getattr(args, "alert_email", []),
@@ -302,7 +302,7 @@ def _held_back(exc, bar=None) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .lake.holds import TablesHeldBack
-    from .lake.pipeline import run_ingest
+    from .quality.stages import run_ingest
 
     opts = _ingest_options(args)
     executor = spark = None
@@ -420,8 +420,8 @@ def _printable(text: str) -> str:
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from .lake.ingest import IngestOptions
     from .lake.pending import BatchStore
-    from .lake.pipeline import run_ingest
     from .quality.quarantine import discard_batch, quarantined, quarantined_files, release_batch
+    from .quality.stages import run_ingest
 
     if args.action == "list":
         for pb in quarantined(args.lake, args.pipeline):
@@ -463,7 +463,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 def _release_table(args: argparse.Namespace) -> int:
     """`binlake quarantine release DB.TABLE`: catch a held-back table up from the source's files."""
     from .lake.holds import TablesHeldBack
-    from .lake.pipeline import release_table
+    from .quality.stages import release_table
 
     if args.action != "release":
         raise ValueError(f"quarantine {args.action} takes a batch number; a held-back table is only released")

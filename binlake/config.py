@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from .quality.config import AlertConfig, ConfigModel, NonEmpty, QualityConfig
+from .settings import AlertConfig, ConfigModel, NonEmpty, QualityConfig
 
 __all__ = ["AlertConfig", "ConfigError", "DeploymentConfig", "InstanceConfig", "QualityConfig", "SparkConfig",
            "config_path", "load_config", "parse_config"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from .exitcodes import UnavailableError, UsageError
 from .lake.ingest import IngestOptions
-from .lake.pipeline import run_ingest
 from .lake.query import lake_tables, run_query, trace
+from .quality.stages import run_ingest
 from .testing.mariadb import PrivateMariaDB, ServerError, find_server_binary
 from .testing.workload import run_all_types_workload
 

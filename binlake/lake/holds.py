@@ -16,7 +16,7 @@ by the holds. `held_tables` reads them back from the manifests. The run ends wit
 "quarantined"), one line per held table.
 
 Catching up: fix the cause (a schema snapshot, a newer binlake), then `binlake quarantine release DB.TABLE`
-runs a catch-up batch for that table alone (`pipeline.release_table`): it decodes the held pieces again, in
+runs a catch-up batch for that table alone (`binlake.quality.stages.release_table`): it decodes the held pieces again, in
 binlog order, appends the history rows not yet appended, runs the gates and merges them, and closes the hold.
 The control table does not change (those files were published long ago). A table that still fails is held again
 with the same pieces.

@@ -1,7 +1,7 @@
 """The ingest service: options, run summary and the pieces the stages share (file planning, decode tasks, the
-schema registry). The stages themselves are in pipeline.py (the segment-wise current merges in current.py);
-`pipeline.run_ingest` runs them all (used by `binlake ingest`, the Spark job and the demo; Airflow runs them one task
-each).
+schema registry). The lake's stages are in pipeline.py (the segment-wise current merges in current.py);
+`binlake.quality.stages.run_ingest` runs them all with the gates (used by `binlake ingest`, the Spark job and the
+demo; Airflow runs them one task each).
 
 Decoding is handed to an executor (in-process, or Spark tasks: one per file range); commits each carry an
 application transaction, and the control table advances last. Re-running a batch that was cut short at any point
@@ -19,8 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..binlog.api import sequence_number
-from ..quality.config import QualityConfig
 from ..schema.model import TableDef
+from ..settings import QualityConfig
 from .control import FileState
 from .decode_task import RangeResult, decode_range
 from .engines import DELETED, SEQ, DeltaEngine

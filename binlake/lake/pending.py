@@ -44,6 +44,25 @@ class BatchNotFound(KeyError):
         return str(self.args[0]) if self.args else "no such batch"
 
 
+class BatchQuarantined(RuntimeError):
+    """The pipeline's pending batch is quarantined: inspect and release it (`binlake quarantine`)."""
+
+    exit_code = ExitCode.QUARANTINED
+
+    def __init__(self, batch: int, info: dict | None) -> None:
+        self.batch = batch
+        self.info = info or {}
+        failures = self.info.get("failures") or []
+        first = failures[0] if failures else {}
+        super().__init__(
+            f"batch {batch} is quarantined ({self.info.get('stage', '?')} gate: {len(failures)} failing "
+            f"expectation(s), first: table {first.get('table')}, {first.get('gate')}); nothing new is ingested "
+            f"until it is released: binlake quarantine show {batch} / binlake quarantine release {batch}")
+
+    def __reduce__(self):  # picklable across processes
+        return (BatchQuarantined, (self.batch, self.info))
+
+
 @dataclass
 class PendingBatch:
     batch: int

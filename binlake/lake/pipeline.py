@@ -1,13 +1,14 @@
 """The ingest as separate, idempotent stages, so a scheduler can run each as its own task and retry only what
-failed (docs/lake.md "Quality gates"):
+failed (docs/lake.md "Quality gates"). The lake's stages are here; the two gate stages and `run_ingest`, which runs
+them all in order, are in binlake.quality.stages (the layer above, which may import both):
 
     prepare_batch     pick files from the control table, build the schema timeline, decode, persist the pending
                       batch in the lake, append history (app txn). Resumes an unpublished batch instead of
                       starting a new one.
-    gate_before_merge Great Expectations gates on the decoded batch      -> GateFailed (batch quarantined)
+    gate_before_merge (quality) Great Expectations gates on the decoded batch -> GateFailed (quarantined)
     merge_batch       current-table MERGEs, segment by segment of schema version, then the DDL after a table's
                       last row change (the schema at the batch end, schema_end.py) (app txn)
-    gate_after_merge  gates on the merged current tables                -> GateFailed (merges restored)
+    gate_after_merge  (quality) gates on the merged current tables -> GateFailed (undo_merge restores them)
     publish_batch     the control table advances (the watermark moves); the pending batch is closed
 
 Every stage takes the same IngestOptions and reads what it needs from the lake (`_binlake/batches/...`, see
@@ -22,11 +23,8 @@ a quarantined one blocks the pipeline until it is released.
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,8 +35,6 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..quality.gates import GateFailed, GateReport, after_merge_gate, before_merge_gate
-from ..quality.quarantine import BatchQuarantined, quarantine_batch
 from ..schema.api import build_resolver
 from .control import ControlTable
 from .current import key_names, merge_input, segments
@@ -59,24 +55,19 @@ from .ingest import (
 )
 from .layout import LakeLayout
 from .lifecycle import LifecycleRun, lifecycle_held, split_entries
-from .pending import BatchStore, PendingBatch
+from .pending import BatchQuarantined, BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
-from .validations import record_report
 
 __all__ = [
-    "GateFailed",
-    "GateReport",
+    "BatchQuarantined",
     "StageOrderError",
     "TablesHeldBack",
-    "gate_after_merge",
-    "gate_before_merge",
     "merge_batch",
     "prepare_batch",
     "prepare_catchup",
     "publish_batch",
-    "release_table",
-    "run_ingest",
+    "undo_merge",
 ]
 
 Progress = Callable[[str], None]
@@ -96,15 +87,17 @@ def _table_error(exc: BaseException) -> bool:
     return isinstance(exc, TABLE_ERRORS) and not isinstance(exc, EngineUnavailable)
 
 
-def _quiet(_msg: str) -> None:
-    pass
+def quiet(_msg: str) -> None:
+    """The default progress callback: says nothing."""
 
 
-def _setup(opts: IngestOptions, engine: DeltaEngine | None) -> tuple[DeltaEngine, LakeLayout, BatchStore]:
+def open_stage(opts: IngestOptions, engine: DeltaEngine | None) -> tuple[DeltaEngine, LakeLayout, BatchStore]:
+    """What every stage works on: the engine (`opts.engine` unless given), the lake layout and the batch store."""
     return engine or get_engine(opts.engine), LakeLayout(opts.lake, opts.pipeline), BatchStore(opts.lake, opts.pipeline)
 
 
-def _load(store: BatchStore, batch: int) -> PendingBatch:
+def load_batch(store: BatchStore, batch: int) -> PendingBatch:
+    """A batch still to be worked on (not published, discarded or quarantined)."""
     pb = store.load(batch)
     if pb.state in ("published", "discarded"):
         raise StageOrderError(f"batch {batch} is already {pb.state}")
@@ -130,11 +123,11 @@ def _resume(store: BatchStore, engine: DeltaEngine, layout: LakeLayout) -> Pendi
 
 
 def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
-                  progress: Progress = _quiet) -> int | None:
+                  progress: Progress = quiet) -> int | None:
     """Decode the next batch, persist it and append its history. Returns its id; None when nothing is new.
     An unpublished batch is resumed (returned again); a quarantined one raises BatchQuarantined."""
     started = time.perf_counter()
-    engine, layout, store = _setup(opts, engine)
+    engine, layout, store = open_stage(opts, engine)
     pending = _resume(store, engine, layout)
     if pending is not None:
         if pending.state == "quarantined":
@@ -341,44 +334,7 @@ def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, 
     store.save(pb)
 
 
-# -- gates ------------------------------------------------------------------------------------------------------
-
-def _gate_failed(opts: IngestOptions, engine: DeltaEngine, store: BatchStore, pb: PendingBatch,
-                 report: GateReport) -> GateFailed:
-    failures = report.failures
-    quarantine_batch(engine, LakeLayout(opts.lake, opts.pipeline), store, pb, report.stage, failures,
-                     opts.quality.alerts, opts.lake)
-    return GateFailed(report)
-
-
-def _import_gx(pb: PendingBatch) -> None:
-    """Import Great Expectations (seconds, once per process) outside the gates' own timing; recorded apart."""
-    t0 = time.perf_counter()
-    import great_expectations  # noqa: F401  (waits for an import another thread started)
-
-    waited = time.perf_counter() - t0
-    if waited > 0.01:
-        pb.seconds["gate library import"] = waited
-
-
-def gate_before_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> GateReport:
-    """Gates on the decoded batch. On failure: the batch is quarantined (its history stays, the current tables
-    are not touched), an alert is sent and GateFailed raised."""
-    engine, layout, store = _setup(opts, engine)
-    pb = _load(store, batch)
-    _hold_partial_images(engine, layout, store, pb)
-    _import_gx(pb)
-    report = before_merge_gate(pb, store, opts)
-    record_report(engine, layout, pb, report)
-    pb.gates["before"] = {"runs": pb.gates.get("before", {}).get("runs", 0) + 1, "passed": report.success}
-    pb.seconds["gate before merge"] = report.seconds
-    store.save(pb)
-    if not report.success:
-        raise _gate_failed(opts, engine, store, pb, report)
-    return report
-
-
-def _hold_partial_images(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch) -> None:
+def hold_partial_images(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch) -> None:
     """A current table needs full row images: a table with partial ones is held back (its history stays)."""
     for name, info in sorted(pb.tables.items()):
         if info["has_pk"]:
@@ -386,26 +342,6 @@ def _hold_partial_images(engine: DeltaEngine, layout: LakeLayout, store: BatchSt
                 _refuse_partial_images(info.get("name", name), pb.conversions)
             except ValueError as exc:
                 hold_table(engine, layout, store, pb, name, exc)
-
-
-def gate_after_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> GateReport:
-    """Gates on the merged current tables. On failure: every current table of the batch (and the schema
-    registry) is restored to its version before the batch, the batch quarantined, an alert sent, GateFailed
-    raised."""
-    engine, layout, store = _setup(opts, engine)
-    pb = _load(store, batch)
-    if not pb.gates.get("merge", {}).get("done"):
-        raise StageOrderError(f"batch {batch}: gate_after_merge before merge_batch finished")
-    _import_gx(pb)
-    report = after_merge_gate(pb, store, opts, engine, layout)
-    record_report(engine, layout, pb, report)
-    pb.gates["after"] = {"runs": pb.gates.get("after", {}).get("runs", 0) + 1, "passed": report.success}
-    pb.seconds["gate after merge"] = report.seconds
-    store.save(pb)
-    if not report.success:
-        undo_merge(engine, layout, store, pb)
-        raise _gate_failed(opts, engine, store, pb, report)
-    return report
 
 
 def undo_merge(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch) -> None:
@@ -439,11 +375,11 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     """Merge the batch's net changes into the current tables (each merge carries an app txn: a retry skips what
     was committed). Returns table -> {"history": bool, "current": merges}."""
     t0 = time.perf_counter()
-    engine, layout, store = _setup(opts, engine)
-    pb = _load(store, batch)
+    engine, layout, store = open_stage(opts, engine)
+    pb = load_batch(store, batch)
     _require_gate(opts, pb, "before", "merge_batch")
     table_maps = store.read_table_maps(pb)
-    _hold_partial_images(engine, layout, store, pb)
+    hold_partial_images(engine, layout, store, pb)
     plans = {}
     for name, info in sorted(pb.tables.items()):
         if not info["has_pk"]:
@@ -631,8 +567,8 @@ def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: 
 def publish_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = None) -> RunSummary:
     """Advance the control table (the watermark moves) and close the pending batch."""
     t0 = time.perf_counter()
-    engine, layout, store = _setup(opts, engine)
-    pb = _load(store, batch)
+    engine, layout, store = open_stage(opts, engine)
+    pb = load_batch(store, batch)
     if not pb.gates.get("merge", {}).get("done"):
         raise StageOrderError(f"batch {batch}: publish_batch before merge_batch finished")
     _require_gate(opts, pb, "after", "publish_batch")
@@ -665,51 +601,15 @@ def summary_of(pb: PendingBatch) -> RunSummary:
     return summary
 
 
-# -- all stages -------------------------------------------------------------------------------------------------
-
-def run_ingest(opts: IngestOptions, executor: Executor = local_executor, engine: DeltaEngine | None = None,
-               progress: Progress = _quiet) -> RunSummary:
-    """prepare -> gate -> merge -> gate -> publish, in one process."""
-    started = time.perf_counter()
-    gates = opts.quality.enabled
-    if gates and executor is not local_executor and "great_expectations" not in sys.modules:
-        # Decoding runs elsewhere (Spark tasks): the idle driver imports the gates' library meanwhile.
-        threading.Thread(target=importlib.import_module, args=("great_expectations",), daemon=True).start()
-    engine = engine or get_engine(opts.engine)
-    batch = prepare_batch(opts, executor, engine, progress)
-    if batch is None:
-        return RunSummary(None)
-    return _run_stages(opts, batch, engine, progress, started)
-
-
-def _run_stages(opts: IngestOptions, batch: int, engine: DeltaEngine, progress: Progress,
-                started: float) -> RunSummary:
-    gates = opts.quality.enabled
-    if gates:
-        report = gate_before_merge(opts, batch, engine)
-        progress(f"batch {batch}: before-merge gate passed ({len(report.results)} expectations, "
-                 f"{report.seconds:.2f} s)")
-    merge_batch(opts, batch, engine)
-    if gates:
-        report = gate_after_merge(opts, batch, engine)
-        progress(f"batch {batch}: after-merge gate passed ({len(report.results)} expectations, "
-                 f"{report.seconds:.2f} s)")
-    summary = publish_batch(opts, batch, engine)
-    summary.seconds["total"] = time.perf_counter() - started
-    if summary.held:
-        raise TablesHeldBack(summary.held, summary)
-    return summary
-
-
 # -- held-back tables -------------------------------------------------------------------------------------------
 
 def prepare_catchup(opts: IngestOptions, table: str, executor: Executor = local_executor,
-                    engine: DeltaEngine | None = None, progress: Progress = _quiet) -> int:
+                    engine: DeltaEngine | None = None, progress: Progress = quiet) -> int:
     """A catch-up batch for a held-back table (binlake.lake.holds): decode its held pieces again (with the
     schemas and files of `opts`), persist the batch and append the history rows not yet appended. The other
     stages then run on it as on any batch; publishing it closes the hold and leaves the control table alone."""
     started = time.perf_counter()
-    engine, layout, store = _setup(opts, engine)
+    engine, layout, store = open_stage(opts, engine)
     waiting = store.unpublished()
     if waiting:
         raise StageOrderError(f"batch {waiting[0].batch} is {waiting[0].state}: finish it (binlake ingest, or "
@@ -769,13 +669,3 @@ def prepare_catchup(opts: IngestOptions, table: str, executor: Executor = local_
     store.save(pb)
     _append_history(engine, layout, store, pb, progress, histories)
     return batch
-
-
-def release_table(opts: IngestOptions, table: str, executor: Executor = local_executor,
-                  engine: DeltaEngine | None = None, progress: Progress = _quiet) -> RunSummary:
-    """Catch a held-back table up now (after its cause was fixed): prepare_catchup, then the gates, the merge
-    and publish. Raises TablesHeldBack when it is still held back (with the new cause)."""
-    started = time.perf_counter()
-    engine = engine or get_engine(opts.engine)
-    batch = prepare_catchup(opts, table, executor, engine, progress)
-    return _run_stages(opts, batch, engine, progress, started)

@@ -1,5 +1,6 @@
 """The lake stages of one instance's run, over the deployment config: prepare (decode + history), the gate before
-merge, merge, the gate after merge, publish. Each calls `binlake.lake.pipeline` and returns JSON-safe data.
+merge, merge, the gate after merge, publish. Each calls `binlake.lake.pipeline` (the gates: `binlake.quality.stages`)
+and returns JSON-safe data.
 
 These touch Delta and Arrow, so the Airflow tasks run them in a child process (`jobs.py`), never in the task
 process itself (delta-rs can abort a process at exit, which Airflow would take for a failure).
@@ -55,6 +56,7 @@ def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | N
     if lineage is None:
         raise OrchestrationError(f"instance {instance}: {stage} needs the host lineage fetch chose")
     from ..lake import pipeline
+    from ..quality import stages as gate_stages
 
     opts = ingest_options(cfg, instance, lineage)
     if stage == "prepare":
@@ -66,11 +68,11 @@ def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | N
     elif stage.startswith("gate_") and not cfg.quality.enabled:
         out = {"batch": batch, "skipped": "quality.enabled is false"}
     elif stage == "gate_before":
-        out = {"batch": batch, "report": jsonable(pipeline.gate_before_merge(opts, batch))}
+        out = {"batch": batch, "report": jsonable(gate_stages.gate_before_merge(opts, batch))}
     elif stage == "merge":
         out = {"batch": batch, "merged": jsonable(pipeline.merge_batch(opts, batch))}
     elif stage == "gate_after":
-        out = {"batch": batch, "report": jsonable(pipeline.gate_after_merge(opts, batch))}
+        out = {"batch": batch, "report": jsonable(gate_stages.gate_after_merge(opts, batch))}
     else:
         out = summary_dict(pipeline.publish_batch(opts, batch))
     out["seconds"] = round(time.perf_counter() - started, 3)

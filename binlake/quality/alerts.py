@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from email.message import EmailMessage
 
-from .config import AlertConfig
+from ..settings import AlertConfig
 
 log = logging.getLogger("binlake.alerts")
 

@@ -33,7 +33,8 @@ from ..exitcodes import ExitCode
 from ..lake.current import current_schema, merge_input, segments
 from ..lake.engines import SEQ
 from ..lake.ingest import TableRegistry
-from .config import QualityConfig, UserExpectation, expectation_class, load_expectations
+from ..settings import QualityConfig
+from .config import UserExpectation, expectation_class, load_expectations
 from .runner import Check, ExpectationResult, ensure_context, validate
 
 BEFORE, AFTER = "before merge", "after merge"

@@ -14,35 +14,15 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from ..exitcodes import ExitCode
 from ..lake.control import ControlTable, FileState
 from ..lake.engines import get_engine
 from ..lake.layout import LakeLayout
 from ..lake.pending import BatchStore
 from ..lake.validations import read_validations
+from ..settings import AlertConfig
 from .alerts import Alert, send_alert
-from .config import AlertConfig
 from .report import render
 from .runner import ExpectationResult
-
-
-class BatchQuarantined(RuntimeError):
-    """The pipeline's pending batch is quarantined: inspect and release it (`binlake quarantine`)."""
-
-    exit_code = ExitCode.QUARANTINED
-
-    def __init__(self, batch: int, info: dict | None) -> None:
-        self.batch = batch
-        self.info = info or {}
-        failures = self.info.get("failures") or []
-        first = failures[0] if failures else {}
-        super().__init__(
-            f"batch {batch} is quarantined ({self.info.get('stage', '?')} gate: {len(failures)} failing "
-            f"expectation(s), first: table {first.get('table')}, {first.get('gate')}); nothing new is ingested "
-            f"until it is released: binlake quarantine show {batch} / binlake quarantine release {batch}")
-
-    def __reduce__(self):  # picklable across processes
-        return (BatchQuarantined, (self.batch, self.info))
 
 
 def _mark(engine, layout, pb, status: str, error: str | None) -> None:
@@ -113,7 +93,7 @@ def quarantined_files(lake: str, pipeline: str = "default", engine=None) -> list
 
 
 def release_batch(opts, batch: int, engine=None) -> None:
-    """Release a quarantined batch: the next `binlake.lake.pipeline.run_ingest` runs its remaining stages (gates,
+    """Release a quarantined batch: the next `binlake.quality.stages.run_ingest` runs its remaining stages (gates,
     merge, publish; the batch fails again with GateFailed if the gates still fail)."""
     engine = engine or get_engine(opts.engine)
     store = BatchStore(opts.lake, opts.pipeline)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from binlake.lake.ingest import IngestOptions
-from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import run_query
+from binlake.quality.stages import run_ingest
 from tests.conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -119,7 +119,7 @@ def test_pipeline_backfill_across_an_alter_equals_select(mariadb_servers, tmp_pa
 
     from binlake.lake.ingest import IngestOptions
     from binlake.lake.layout import LakeLayout
-    from binlake.lake.pipeline import run_ingest
+    from binlake.quality.stages import run_ingest
     from binlake.schema.api import take_snapshot
 
     server = mariadb_servers.get("MINIMAL")

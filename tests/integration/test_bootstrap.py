@@ -14,7 +14,7 @@ from binlake.lake.bootstrap import BootstrapError, read_chunk, run_bootstrap, se
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 
 DB = "wm_db"
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from binlake.lake.ingest import IngestOptions
-from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import run_query
+from binlake.quality.stages import run_ingest
 from binlake.testing.oss_server import OssServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from deltalake import DeltaTable
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
-from binlake.quality.config import QualityConfig
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
 
 CREATE = ("CREATE TABLE g (id INT PRIMARY KEY, a INT, b VARCHAR(10), s INT AS (a * 2) STORED, "
           "v INT AS (a + 1) VIRTUAL, h INT INVISIBLE DEFAULT 7, c VARCHAR(40) AS (CONCAT(b, '-', a)) VIRTUAL)")

@@ -13,7 +13,7 @@ import pytest
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 
 DB = "ingest_db"
 

@@ -14,8 +14,8 @@ import pytest
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
-from binlake.quality.config import QualityConfig
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
 
 TABLES = {
     # composite primary key of three columns of different types

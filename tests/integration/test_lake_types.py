@@ -20,7 +20,7 @@ from binlake.lake.convert import VECTOR
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 from binlake.testing.binlog_writer import BinlogWriter, column
 
 DB = "lake_types"

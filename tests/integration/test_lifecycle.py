@@ -14,8 +14,8 @@ import pytest
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import lake_tables, run_query
+from binlake.quality.stages import run_ingest
 
 MODES = ["FULL", "MINIMAL"]
 
@@ -296,7 +296,7 @@ class _CrashAfter:
 def test_killed_at_any_lifecycle_commit_then_rerun_equals_uninterrupted(mariadb_full, tmp_path) -> None:
     """A batch with a swap, a move, a TRUNCATE, a DROP and a re-create: killed after each of its commits and run
     again, the lake ends as the uninterrupted run left it (current tables, catalog, history) and no commit twice."""
-    from binlake.quality.config import QualityConfig
+    from binlake.settings import QualityConfig
 
     server = mariadb_full
     db, db2 = fresh(server, "lc_kill", "lc_kill2")

@@ -22,8 +22,8 @@ import pytest
 
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
-from binlake.lake.pipeline import run_ingest
 from binlake.lake.query import lake_tables
+from binlake.quality.stages import run_ingest
 
 from .test_lifecycle import _norm
 

@@ -21,12 +21,12 @@ from binlake.lake.control import ControlTable, FileState
 from binlake.lake.engines import ColumnChange, get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pending import BatchStore
-from binlake.lake.pipeline import run_ingest
+from binlake.lake.pending import BatchQuarantined, BatchStore
 from binlake.lake.validations import read_validations
-from binlake.quality.config import AlertConfig, QualityConfig
 from binlake.quality.gates import GateFailed
-from binlake.quality.quarantine import BatchQuarantined, quarantined, release_batch
+from binlake.quality.quarantine import quarantined, release_batch
+from binlake.quality.stages import run_ingest
+from binlake.settings import AlertConfig, QualityConfig
 
 DB = "quality_db"
 
@@ -180,6 +180,7 @@ def test_clean_batches_pass_in_spark_and_results_render(server, tmp_path, spark,
 def test_stages_run_one_by_one_like_airflow_tasks(server, tmp_path) -> None:
     """The contract's stages called separately (each with its own engine, state only in the lake)."""
     from binlake.lake import pipeline
+    from binlake.quality import stages
 
     first = server.binlog_files()[-1].name
     write(server, ["CREATE TABLE staged (id INT PRIMARY KEY, v INT)",
@@ -189,10 +190,10 @@ def test_stages_run_one_by_one_like_airflow_tasks(server, tmp_path) -> None:
     assert batch == 0 and pipeline.prepare_batch(opts) == 0  # unpublished: resumed, not a new batch
     with pytest.raises(pipeline.StageOrderError):
         pipeline.merge_batch(opts, batch)  # the before-merge gate has not passed yet
-    assert pipeline.gate_before_merge(opts, batch).success
+    assert stages.gate_before_merge(opts, batch).success
     merged = pipeline.merge_batch(opts, batch)
     assert merged[f"{DB}.staged"]["current"] == 1
-    assert pipeline.gate_after_merge(opts, batch).success
+    assert stages.gate_after_merge(opts, batch).success
     summary = pipeline.publish_batch(opts, batch)
     assert summary.rows[(f"{DB}.staged", "insert")] == 10
     assert pipeline.prepare_batch(opts) is None
@@ -538,6 +539,7 @@ def test_each_before_merge_gate_fails_on_a_batch_crafted_to_break_it(server, tmp
     """A decoded batch tampered with between the stages, as a bug or a bad intermediate file would: the gate
     that guards against it (and only the gates that must) fails, and nothing reaches the current table."""
     from binlake.lake import pipeline
+    from binlake.quality import stages
 
     table = "craft_" + re.sub(r"\W", "_", case)
     first = server.binlog_files()[-1].name
@@ -565,7 +567,7 @@ def test_each_before_merge_gate_fails_on_a_batch_crafted_to_break_it(server, tmp
         pb.event_types["INCIDENT" if case == "INCIDENT event" else "inner:type201"] = 1
         store.save(pb)
     with pytest.raises(GateFailed) as failed:
-        pipeline.gate_before_merge(opts, batch)
+        stages.gate_before_merge(opts, batch)
     assert {f.gate for f in failed.value.failures} == gates
     assert not get_engine().exists(LakeLayout(str(lake)).current_path(DB, table))
     with pytest.raises(BatchQuarantined):

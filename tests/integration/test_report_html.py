@@ -22,7 +22,7 @@ import pytest
 
 from binlake.cli import main
 from binlake.lake.ingest import IngestOptions
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 from binlake.report.charts import PALETTE
 
 DB = "report_db"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 from binlake.schema.api import take_snapshot
 
 

@@ -26,7 +26,7 @@ from binlake.lake.control import ControlTable
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 from binlake.sources import open_source
 from binlake.sources.base import ChecksumMismatchError, SourceError
 from binlake.sources.checksum import crc64_bytes

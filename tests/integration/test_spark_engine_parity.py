@@ -15,8 +15,8 @@ import pyarrow as pa
 
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
-from binlake.lake.pipeline import run_ingest
-from binlake.quality.config import QualityConfig
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
 from tests.conftest import skip_or_fail
 
 from .test_key_moves import TABLES, Model

@@ -19,8 +19,8 @@ from binlake.lake.holds import TablesHeldBack, held_tables
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
 from binlake.lake.pending import BatchStore
-from binlake.lake.pipeline import release_table, run_ingest
-from binlake.quality.config import QualityConfig
+from binlake.quality.stages import release_table, run_ingest
+from binlake.settings import QualityConfig
 
 GOOD = "CREATE TABLE good (id INT PRIMARY KEY, v INT, note VARCHAR(20))"
 BAD = "CREATE TABLE bad (id INT PRIMARY KEY, name VARCHAR(20), amount DECIMAL(8,2))"

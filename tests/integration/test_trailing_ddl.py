@@ -6,7 +6,7 @@ from __future__ import annotations
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
+from binlake.quality.stages import run_ingest
 
 
 def _ingest(lake, files, db) -> dict:
@@ -87,6 +87,7 @@ def test_rows_then_alter_in_one_batch_and_a_dropped_table_emptied(mariadb_minima
 def test_a_merge_retried_after_the_alter_committed_alters_once(mariadb_minimal, fresh_database, tmp_path) -> None:
     """A crash between the batch-end ALTER and the registry commit: the retry skips the committed ALTER."""
     from binlake.lake import pipeline
+    from binlake.quality import stages
 
     server, db = mariadb_minimal, fresh_database(mariadb_minimal)
     lake = tmp_path / "lake"
@@ -101,13 +102,13 @@ def test_a_merge_retried_after_the_alter_committed_alters_once(mariadb_minimal, 
                          databases={db})
     engine, layout = get_engine(), LakeLayout(str(lake))
     batch = pipeline.prepare_batch(opts)
-    pipeline.gate_before_merge(opts, batch)
+    stages.gate_before_merge(opts, batch)
     pipeline.merge_batch(opts, batch)
     path = layout.current_path(db, "t")
     altered = engine.version(path)
     engine.restore(layout.tables_path, pipeline.BatchStore(str(lake)).load(batch).premerge["registry_version"])
     pipeline.merge_batch(opts, batch)
     assert engine.version(path) == altered
-    pipeline.gate_after_merge(opts, batch)
+    stages.gate_after_merge(opts, batch)
     pipeline.publish_batch(opts, batch)
     assert _lake(lake, db) == _server(server, db) == (["id", "new_name", "extra"], [(1, "one", 5)])

@@ -118,8 +118,8 @@ def test_more_errors_name_the_key(tmp_path: Path, text: str, message: str) -> No
 
 
 def test_one_gate_and_alert_model_for_the_file_and_the_gates(tmp_path: Path) -> None:
-    """The file's [quality]/[alerts] are the models the gates and alerts take (binlake.quality.config)."""
-    from binlake.quality.config import AlertConfig, QualityConfig
+    """The file's [quality]/[alerts] are the models the gates and alerts take (binlake.settings)."""
+    from binlake.settings import AlertConfig, QualityConfig
 
     cfg = load_config(write(tmp_path, MINIMAL + '[quality]\nfreshness_lag_minutes = 7\nexpectations = "e.yml"\n'
                                       'sample_size = 5\n[alerts]\ntimeout_seconds = 3\nemail_to = ["a@b.c"]\n'

@@ -41,7 +41,7 @@ def test_each_held_back_table_is_alerted_and_the_task_succeeds(monkeypatch, rece
     sys.modules.pop("binlake_airflow.tasks", None)
     from binlake_airflow import tasks
 
-    from binlake.quality.config import AlertConfig
+    from binlake.settings import AlertConfig
 
     url, got = receiver
     ctx = {"params": {"start": "2026-03-01T00:00:00+00:00", "end": "2026-03-01T01:00:00+00:00"},
