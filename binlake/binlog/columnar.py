@@ -25,7 +25,6 @@ from operator import add, and_, getitem
 from typing import Any
 
 from .charsets import BINARY, codec_of, decoder_for
-from .constants import ColumnType as T
 from .constants import RowsKind
 from .jsonb import decode_jsonb_text
 from .packing import BodyError
@@ -33,16 +32,10 @@ from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, t
 from .tablemap import Column, TableMap
 from .values import (
     ABSENT,
-    MARIA_DATETIME_BYTES,
-    MARIA_TIME_BYTES,
-    MARIA_TIMESTAMP_BYTES,
     ValueError_,
     _frac_reader,
-    column_decoder,
     decimal_groups,
     guess_text,
-    value_prefix,
-    wrapped_value,
 )
 
 CACHE_LIMIT = 65_536
@@ -173,17 +166,7 @@ def _mapped(fn) -> tuple[Callable, Callable]:
     return (lambda fields: list(map(fn, fields[0]))), fn
 
 
-_INT_CODES = {T.TINY: "bB", T.SHORT: "hH", T.LONG: "iI", T.LONGLONG: "qQ"}
 _YEARS = [0, *range(1901, 2156)]
-
-
-def _var_prefix(col: Column) -> int:
-    t = col.type
-    if t in (T.VARCHAR, T.VAR_STRING, T.STRING):
-        return 1 if col.meta < 256 else 2
-    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
-        return col.meta
-    return col.meta or 4  # JSON, GEOMETRY, VECTOR
 
 
 def _text_fn(col: Column):
@@ -198,121 +181,129 @@ def _text_fn(col: Column):
     return decode
 
 
-def _fixed_size(col: Column) -> int | None:
-    """Bytes of a fixed-width column that only the reference decoder handles (None: not fixed width)."""
-    t, m = col.type, col.meta
-    if t == T.TIME:  # MariaDB 5.3 hires TIME(n): the precision from the schema is in meta
-        return MARIA_TIME_BYTES[m]
-    if t in (T.INT24, T.DATE, T.NEWDATE):
-        return 3
-    if t == T.DATETIME:
-        return MARIA_DATETIME_BYTES[m]
-    if t == T.TIMESTAMP:
-        return MARIA_TIMESTAMP_BYTES[m]
-    if t == T.TIME2:
-        return 3 + (m + 1) // 2
-    if t == T.BIT:
-        return (m >> 8) + (1 if m & 0xFF else 0)
-    if t in (T.ENUM, T.SET):
-        return m
-    return None
+# -- per-type planners (binlake/binlog/coltypes.py names one per column type) ----------------------------------
+# plan(codec, bit) -> _Col, where `codec` (coltypes.ColumnCodec) holds the column, its reference decoder, its
+# length prefix, its struct code and its fixed width. Raise ValueError_ on metadata they cannot plan.
 
 
-def plan_column(col: Column, bit: int) -> _Col:
-    """The unpacking and conversion of one column (raises ValueError_ on impossible metadata)."""
-    t = col.type
-    column_decoder(col)  # the reference decoder validates the metadata
-    wrapped = wrapped_value(col)
-    if wrapped is not None:  # INET4/INET6/UUID, vectors, COMPRESSED: length-prefixed bytes, then one more step
-        vec, one = _mapped(wrapped)
-        return _Col(col.index, bit, None, value_prefix(col), vec, one)
-    if t in _INT_CODES:
-        return _Col(col.index, bit, [_INT_CODES[t][col.signed is False]], 0, _first, _same)
-    if t == T.FLOAT:
-        return _Col(col.index, bit, ["f"], 0, _first, _same)
-    if t == T.DOUBLE:
-        return _Col(col.index, bit, ["d"], 0, _first, _same)
-    if t == T.YEAR:
-        vec, one = _mapped(_YEARS.__getitem__)
-        return _Col(col.index, bit, ["B"], 0, vec, one)
-    if t == T.NEWDECIMAL:
-        return _decimal_column(col, bit)
-    if t == T.DATETIME2:
-        fsp = col.meta
-        nb = (fsp + 1) // 2
-        dates, tops = _DATES.__getitem__, _HOUR_TOP.__getitem__
-        if fsp:
-            fracs = _frac_cache(fsp, signed=True).__getitem__
+def plan_wrapped(codec: Any, bit: int, wrapped: Callable) -> _Col:
+    """INET4/INET6/UUID, vectors, COMPRESSED: length-prefixed bytes, then one more step (values.wrapped_value)."""
+    vec, one = _mapped(wrapped)
+    return _Col(codec.col.index, bit, None, codec.prefix, vec, one)
 
-            def vec(f):
-                # One join per value: no intermediate 'date time' string.
-                times = map(getitem, map(tops, f[0]), f[1])
-                return list(map("".join, zip(map(dates, f[0]), times, map(fracs, f[2]), strict=True)))
 
-            def one(a, b, c):
-                return dates(a) + tops(a)[b] + fracs(c)
+def plan_struct(codec: Any, bit: int) -> _Col:
+    """A fixed-width number unpacked as it is by its struct code."""
+    return _Col(codec.col.index, bit, [codec.struct], 0, _first, _same)
 
-            return _Col(col.index, bit, ["3s", "H", f"{nb}s"], 0, vec, one)
 
-        def vec0(f):
-            return list(map(add, map(dates, f[0]), map(getitem, map(tops, f[0]), f[1])))
+def plan_year(codec: Any, bit: int) -> _Col:
+    vec, one = _mapped(_YEARS.__getitem__)
+    return _Col(codec.col.index, bit, ["B"], 0, vec, one)
 
-        def one0(a, b):
-            return dates(a) + tops(a)[b]
 
-        return _Col(col.index, bit, ["3s", "H"], 0, vec0, one0)
-    if t == T.TIMESTAMP2:
-        fsp = col.meta
-        nb = (fsp + 1) // 2
-        stamps = _STAMPS.__getitem__
-        if fsp:
-            fracs = _frac_cache(fsp, signed=False).__getitem__
+def plan_decimal(codec: Any, bit: int) -> _Col:
+    return _decimal_column(codec.col, bit)
 
-            def tvec(f):
-                return list(map(add, map(stamps, f[0]), map(fracs, f[1])))
 
-            def tone(a, b):
-                return stamps(a) + fracs(b)
+def plan_datetime2(codec: Any, bit: int) -> _Col:
+    col = codec.col
+    fsp = col.meta
+    nb = (fsp + 1) // 2
+    dates, tops = _DATES.__getitem__, _HOUR_TOP.__getitem__
+    if fsp:
+        fracs = _frac_cache(fsp, signed=True).__getitem__
 
-            return _Col(col.index, bit, ["4s", f"{nb}s"], 0, tvec, tone)
-        vec, one = _mapped(stamps)
-        return _Col(col.index, bit, ["4s"], 0, vec, one)
-    if t == T.ENUM and col.enum_labels is not None and col.meta == 1:
-        labels = ("", *col.enum_labels)
+        def vec(f):
+            # One join per value: no intermediate 'date time' string.
+            times = map(getitem, map(tops, f[0]), f[1])
+            return list(map("".join, zip(map(dates, f[0]), times, map(fracs, f[2]), strict=True)))
 
-        def label(i: int) -> str:
-            if i >= len(labels):
-                raise ValueError_(f"ENUM index {i} beyond its {len(labels) - 1} labels")
-            return labels[i]
+        def one(a, b, c):
+            return dates(a) + tops(a)[b] + fracs(c)
 
-        cache = RawCache(label)
-        vec, one = _mapped(cache.__getitem__)
-        return _Col(col.index, bit, ["B"], 0, vec, one)
-    var = t in (T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB) or (
-        t == T.STRING and not (col.collation == BINARY and col.meta))
-    if var:
-        fn = _text_fn(col)
-        if fn is None:
-            return _Col(col.index, bit, None, _var_prefix(col), _first, _same)
-        vec, one = _mapped(fn)
-        return _Col(col.index, bit, None, _var_prefix(col), vec, one)
-    if t == T.STRING:
-        # BINARY(n): the server strips trailing zero bytes in row images; SELECT returns them padded.
-        width = col.meta
-        vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
-        return _Col(col.index, bit, None, 1 if width < 256 else 2, vec, one)
-    if t == T.JSON:
-        vec, one = _mapped(decode_jsonb_text)
-        return _Col(col.index, bit, None, _var_prefix(col), vec, one)
-    if t in (T.GEOMETRY, T.VECTOR):
-        return _Col(col.index, bit, None, _var_prefix(col), _first, _same)
-    reference = column_decoder(col)
-    size = _fixed_size(col)
-    if size is None:
-        raise ValueError_(f"column type {t} cannot be decoded")
+        return _Col(col.index, bit, ["3s", "H", f"{nb}s"], 0, vec, one)
+
+    def vec0(f):
+        return list(map(add, map(dates, f[0]), map(getitem, map(tops, f[0]), f[1])))
+
+    def one0(a, b):
+        return dates(a) + tops(a)[b]
+
+    return _Col(col.index, bit, ["3s", "H"], 0, vec0, one0)
+
+
+def plan_timestamp2(codec: Any, bit: int) -> _Col:
+    col = codec.col
+    fsp = col.meta
+    nb = (fsp + 1) // 2
+    stamps = _STAMPS.__getitem__
+    if fsp:
+        fracs = _frac_cache(fsp, signed=False).__getitem__
+
+        def tvec(f):
+            return list(map(add, map(stamps, f[0]), map(fracs, f[1])))
+
+        def tone(a, b):
+            return stamps(a) + fracs(b)
+
+        return _Col(col.index, bit, ["4s", f"{nb}s"], 0, tvec, tone)
+    vec, one = _mapped(stamps)
+    return _Col(col.index, bit, ["4s"], 0, vec, one)
+
+
+def plan_enum(codec: Any, bit: int) -> _Col:
+    col = codec.col
+    if not (col.enum_labels is not None and col.meta == 1):
+        return plan_cached(codec, bit)
+    labels = ("", *col.enum_labels)
+
+    def label(i: int) -> str:
+        if i >= len(labels):
+            raise ValueError_(f"ENUM index {i} beyond its {len(labels) - 1} labels")
+        return labels[i]
+
+    cache = RawCache(label)
+    vec, one = _mapped(cache.__getitem__)
+    return _Col(col.index, bit, ["B"], 0, vec, one)
+
+
+def plan_text(codec: Any, bit: int) -> _Col:
+    """A length-prefixed value decoded with the column's charset (bytes for the binary collation)."""
+    col = codec.col
+    fn = _text_fn(col)
+    if fn is None:
+        return _Col(col.index, bit, None, codec.prefix, _first, _same)
+    vec, one = _mapped(fn)
+    return _Col(col.index, bit, None, codec.prefix, vec, one)
+
+
+def plan_string(codec: Any, bit: int) -> _Col:
+    col = codec.col
+    if not (col.collation == BINARY and col.meta):
+        return plan_text(codec, bit)
+    # BINARY(n): the server strips trailing zero bytes in row images; SELECT returns them padded.
+    width = col.meta
+    vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
+    return _Col(col.index, bit, None, 1 if width < 256 else 2, vec, one)
+
+
+def plan_json(codec: Any, bit: int) -> _Col:
+    vec, one = _mapped(decode_jsonb_text)
+    return _Col(codec.col.index, bit, None, codec.prefix, vec, one)
+
+
+def plan_bytes(codec: Any, bit: int) -> _Col:
+    """A length-prefixed value kept as its bytes (GEOMETRY, VECTOR)."""
+    return _Col(codec.col.index, bit, None, codec.prefix, _first, _same)
+
+
+def plan_cached(codec: Any, bit: int) -> _Col:
+    """A fixed-width value (codec.width bytes) the reference decoder converts, cached by its raw bytes."""
+    reference = codec.decode
     cache = RawCache(lambda raw: reference(raw, 0)[0])
     vec, one = _mapped(cache.__getitem__)
-    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+    return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)
 
 
 def _decimal_column(col: Column, bit: int) -> _Col:
@@ -448,11 +439,12 @@ MAX_INLINED = 8  # NULL patterns a generated walker tests inline
 class EventPlan:
     """Column-at-a-time decoding of the images of one table map with one columns-present bitmap."""
 
-    def __init__(self, table: TableMap, present: int) -> None:
+    def __init__(self, table: TableMap, present: int, codecs: list) -> None:
+        """`codecs`: the table's columns as coltypes.ColumnCodec (each plans its own column)."""
         cols = [c for c in table.columns if present >> c.index & 1]
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
-        self.cols = [plan_column(c, 1 << i) for i, c in enumerate(cols)]
+        self.cols = [codecs[c.index].plan(1 << i) for i, c in enumerate(cols)]
         self.nfields = 1 + sum(c.nfields for c in self.cols)  # the NULL bitmap, then the columns' fields
         self.absent = [i for i in range(self.ncols) if not present >> i & 1]
         self.layouts: dict[int, _Layout] = {}

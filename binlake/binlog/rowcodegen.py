@@ -15,9 +15,8 @@ from decimal import Context, Decimal
 from typing import Any
 
 from .charsets import BINARY, codec_of, decoder_for
-from .constants import ColumnType as T
 from .tablemap import Column, TableMap
-from .values import ABSENT, ValueError_, _frac_reader, column_decoder, decimal_groups, guess_text, wrapped_value
+from .values import ABSENT, ValueError_, _frac_reader, decimal_groups, guess_text
 
 _gmtime = time.gmtime
 _ts_cache: dict[int, str] = {}
@@ -147,14 +146,6 @@ class _Gen:
         self.lines.append("    " * indent + text)
 
 
-_FIXED = {
-    # type: (struct code, size) for signed/unsigned
-    T.SHORT: (("<h", "<H"), 2),
-    T.LONG: (("<i", "<I"), 4),
-    T.LONGLONG: (("<q", "<Q"), 8),
-}
-
-
 def _scaled(expr: str, mult: int, div: int) -> str:
     """Code for expr * mult // div, simplified (the stored fraction to the column's fsp digits)."""
     if mult == div:
@@ -174,94 +165,130 @@ def _frac_suffix(fsp: int, at: int, signed: bool) -> str:
     return f" + FRAC3[{scaled}]" if fsp == 3 else f" + '.%0{fsp}d' % ({scaled})"
 
 
-def _emit_column(g: _Gen, col: Column, v: str, ind: int) -> None:
-    """Code that sets `v` from buf at off and advances off."""
-    t = col.type
+# -- per-type emitters (binlake/binlog/coltypes.py names one per column type) ---------------------------------
+# An emitter writes code that sets `v` from buf at off and advances off: emit(g, codec, v, ind), where `codec`
+# (coltypes.ColumnCodec) holds the column, its reference decoder, its length prefix and its struct code.
+
+
+def emit_reference(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    """A call of the column's reference decoder (values.py): types with involved formats."""
+    fn = g.ref(codec.decode, "col")
+    g.emit(ind, f"{v}, off = {fn}(buf, off)")
+
+
+def emit_tiny(g: _Gen, codec: Any, v: str, ind: int) -> None:
     e = g.emit
-    if wrapped_value(col) is not None:  # INET4/INET6/UUID, vectors, COMPRESSED: the reference decoder
-        fn = g.ref(column_decoder(col), "col")
-        e(ind, f"{v}, off = {fn}(buf, off)")
-    elif t == T.TINY:
-        e(ind, f"{v} = buf[off]")
-        if col.signed is not False:
-            e(ind, f"if {v} > 127: {v} -= 256")
-        e(ind, "off += 1")
-    elif t in _FIXED:
-        (sc, uc), size = _FIXED[t]
-        fn = g.ref(struct.Struct(uc if col.signed is False else sc).unpack_from, "s")
-        e(ind, f"{v} = {fn}(buf, off)[0]")
-        e(ind, f"off += {size}")
-    elif t == T.INT24:
-        e(ind, f"{v} = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16")
-        if col.signed is not False:
-            e(ind, f"if {v} & 0x800000: {v} -= 0x1000000")
-        e(ind, "off += 3")
-    elif t == T.FLOAT:
-        fn = g.ref(struct.Struct("<f").unpack_from, "s")
-        e(ind, f"{v} = {fn}(buf, off)[0]")
-        e(ind, "off += 4")
-    elif t == T.DOUBLE:
-        fn = g.ref(struct.Struct("<d").unpack_from, "s")
-        e(ind, f"{v} = {fn}(buf, off)[0]")
-        e(ind, "off += 8")
-    elif t == T.YEAR:
-        e(ind, f"{v} = buf[off]")
-        e(ind, f"if {v}: {v} += 1900")
-        e(ind, "off += 1")
-    elif t == T.NEWDECIMAL:
-        # Cached on the raw bytes (amounts and prices repeat); computed inline on a miss.
-        body, size = decimal_code(col.precision, col.scale, "raw", v)
-        cache = g.ref({}, "dcache")
-        e(ind, f"raw = buf[off:off + {size}]")
-        e(ind, f"{v} = {cache}.get(raw)")
-        e(ind, f"if {v} is None:")
-        for line in body:
-            e(ind + 1, line)
-        e(ind + 1, f"if len({cache}) >= 65536: {cache}.clear()")
-        e(ind + 1, f"{cache}[raw] = {v}")
-        e(ind, f"off += {size}")
-    elif t == T.DATETIME2:
-        fsp = col.meta
-        nb = (fsp + 1) // 2
-        e(ind, "x = _from_bytes(buf[off:off + 5], 'big') - 0x8000000000")
-        e(ind, "d = x >> 17")
-        e(ind, "t = x & 0x1FFFF")
-        base = "(_dates.get(d) or date_part(d)) + ' ' + (_times.get(t) or time_part(t))"
-        e(ind, f"{v} = {base}{_frac_suffix(fsp, 5, signed=True)}")
-        e(ind, f"off += {5 + nb}")
-    elif t == T.TIMESTAMP2:
-        fsp = col.meta
-        nb = (fsp + 1) // 2
-        e(ind, "x = _from_bytes(buf[off:off + 4], 'big')")
-        e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)){_frac_suffix(fsp, 4, signed=False)}")
-        e(ind, f"off += {4 + nb}")
-    elif t in (T.VARCHAR, T.VAR_STRING, T.STRING) and not (t == T.STRING and col.collation == BINARY and col.meta):
-        prefix = 1 if col.meta < 256 else 2
-        if prefix == 1:
-            e(ind, "n = buf[off]")
-            e(ind, "off += 1")
-        else:
-            e(ind, "n = buf[off] | buf[off + 1] << 8")
-            e(ind, "off += 2")
-        _emit_text(g, col, v, ind)
-    elif t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
-        prefix = col.meta
-        if prefix == 1:
-            e(ind, "n = buf[off]")
-        else:
-            e(ind, f"n = _from_bytes(buf[off:off + {prefix}], 'little')")
-        e(ind, f"off += {prefix}")
-        _emit_text(g, col, v, ind)
-    elif t in (T.DATE, T.NEWDATE):
-        e(ind, f"{v} = old_date(buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16)")
-        e(ind, "off += 3")
-    elif t == T.ENUM and col.enum_labels is not None and col.meta == 1:
-        labels = g.ref(("", *col.enum_labels), "labels")
-        e(ind, f"{v} = {labels}[buf[off]]")
+    e(ind, f"{v} = buf[off]")
+    if codec.col.signed is not False:
+        e(ind, f"if {v} > 127: {v} -= 256")
+    e(ind, "off += 1")
+
+
+def emit_struct(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    """A fixed-width number read by its struct code (SMALLINT, INT, BIGINT, FLOAT, DOUBLE)."""
+    fn = g.ref(struct.Struct("<" + codec.struct).unpack_from, "s")
+    g.emit(ind, f"{v} = {fn}(buf, off)[0]")
+    g.emit(ind, f"off += {struct.calcsize('<' + codec.struct)}")
+
+
+def emit_int24(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    e = g.emit
+    e(ind, f"{v} = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16")
+    if codec.col.signed is not False:
+        e(ind, f"if {v} & 0x800000: {v} -= 0x1000000")
+    e(ind, "off += 3")
+
+
+def emit_year(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    e = g.emit
+    e(ind, f"{v} = buf[off]")
+    e(ind, f"if {v}: {v} += 1900")
+    e(ind, "off += 1")
+
+
+def emit_decimal(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    # Cached on the raw bytes (amounts and prices repeat); computed inline on a miss.
+    e = g.emit
+    col = codec.col
+    body, size = decimal_code(col.precision, col.scale, "raw", v)
+    cache = g.ref({}, "dcache")
+    e(ind, f"raw = buf[off:off + {size}]")
+    e(ind, f"{v} = {cache}.get(raw)")
+    e(ind, f"if {v} is None:")
+    for line in body:
+        e(ind + 1, line)
+    e(ind + 1, f"if len({cache}) >= 65536: {cache}.clear()")
+    e(ind + 1, f"{cache}[raw] = {v}")
+    e(ind, f"off += {size}")
+
+
+def emit_datetime2(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    e = g.emit
+    fsp = codec.col.meta
+    nb = (fsp + 1) // 2
+    e(ind, "x = _from_bytes(buf[off:off + 5], 'big') - 0x8000000000")
+    e(ind, "d = x >> 17")
+    e(ind, "t = x & 0x1FFFF")
+    base = "(_dates.get(d) or date_part(d)) + ' ' + (_times.get(t) or time_part(t))"
+    e(ind, f"{v} = {base}{_frac_suffix(fsp, 5, signed=True)}")
+    e(ind, f"off += {5 + nb}")
+
+
+def emit_timestamp2(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    e = g.emit
+    fsp = codec.col.meta
+    nb = (fsp + 1) // 2
+    e(ind, "x = _from_bytes(buf[off:off + 4], 'big')")
+    e(ind, f"{v} = (_stamps.get(x) or timestamp_base(x)){_frac_suffix(fsp, 4, signed=False)}")
+    e(ind, f"off += {4 + nb}")
+
+
+def emit_text(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    """A CHAR/VARCHAR value (1 or 2 bytes of length) decoded with the column's charset."""
+    e = g.emit
+    if codec.prefix == 1:
+        e(ind, "n = buf[off]")
         e(ind, "off += 1")
     else:
-        fn = g.ref(column_decoder(col), "col")
-        e(ind, f"{v}, off = {fn}(buf, off)")
+        e(ind, "n = buf[off] | buf[off + 1] << 8")
+        e(ind, "off += 2")
+    _emit_text(g, codec.col, v, ind)
+
+
+def emit_blob(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    """A TEXT/BLOB value (codec.prefix bytes of length) decoded with the column's charset."""
+    e = g.emit
+    prefix = codec.prefix
+    if prefix == 1:
+        e(ind, "n = buf[off]")
+    else:
+        e(ind, f"n = _from_bytes(buf[off:off + {prefix}], 'little')")
+    e(ind, f"off += {prefix}")
+    _emit_text(g, codec.col, v, ind)
+
+
+def emit_string(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    """CHAR: text; BINARY(n) (padded back to n bytes): the reference decoder."""
+    col = codec.col
+    if col.collation == BINARY and col.meta:
+        emit_reference(g, codec, v, ind)
+    else:
+        emit_text(g, codec, v, ind)
+
+
+def emit_date(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    g.emit(ind, f"{v} = old_date(buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16)")
+    g.emit(ind, "off += 3")
+
+
+def emit_enum(g: _Gen, codec: Any, v: str, ind: int) -> None:
+    col = codec.col
+    if col.enum_labels is not None and col.meta == 1:
+        labels = g.ref(("", *col.enum_labels), "labels")
+        g.emit(ind, f"{v} = {labels}[buf[off]]")
+        g.emit(ind, "off += 1")
+    else:
+        emit_reference(g, codec, v, ind)
 
 
 def _emit_text(g: _Gen, col: Column, v: str, ind: int) -> None:
@@ -282,23 +309,8 @@ def _emit_text(g: _Gen, col: Column, v: str, ind: int) -> None:
         e(ind, f"{v} = {fn}({v})")
 
 
-_MERGEABLE = frozenset({T.SHORT, T.LONG, T.LONGLONG, T.FLOAT, T.DOUBLE, T.TINY, T.YEAR})
-
-
-def _merge_code(col: Column) -> str:
-    unsigned = col.signed is False
-    return {
-        T.TINY: "B" if unsigned else "b",
-        T.YEAR: "B",
-        T.SHORT: "H" if unsigned else "h",
-        T.LONG: "I" if unsigned else "i",
-        T.LONGLONG: "Q" if unsigned else "q",
-        T.FLOAT: "f",
-        T.DOUBLE: "d",
-    }[col.type]
-
-
-def _emit_values(g: _Gen, cols: list[Column], names: dict[int, str], nulls: int | None, ind: int) -> None:
+def _emit_values(g: _Gen, cols: list[Column], names: dict[int, str], nulls: int | None, ind: int,
+                 codecs: list) -> None:
     """Straight-line code for the non-NULL columns of a known NULL pattern (None: test each bit at run time)."""
     if nulls is None:
         for bit, col in enumerate(cols):
@@ -306,7 +318,7 @@ def _emit_values(g: _Gen, cols: list[Column], names: dict[int, str], nulls: int 
             g.emit(ind, f"if nulls & {1 << bit}:")
             g.emit(ind + 1, f"{v} = None")
             g.emit(ind, "else:")
-            _emit_column(g, col, v, ind + 1)
+            codecs[col.index].emit(g, v, ind + 1)
         return
     live = []
     for bit, col in enumerate(cols):
@@ -317,22 +329,23 @@ def _emit_values(g: _Gen, cols: list[Column], names: dict[int, str], nulls: int 
     i = 0
     while i < len(live):
         run = []
-        while i < len(live) and live[i].type in _MERGEABLE:
+        while i < len(live) and codecs[live[i].index].merge is not None:
             run.append(live[i])
             i += 1
         if len(run) > 1:
             # Consecutive fixed-width numbers: one struct call.
-            codes = "".join(_merge_code(c) for c in run)
+            codes = "".join(codecs[c.index].merge for c in run)
             fn = g.ref(struct.Struct("<" + codes).unpack_from, "run")
             g.emit(ind, f"{', '.join(names[c.index] for c in run)} = {fn}(buf, off)")
             g.emit(ind, f"off += {struct.calcsize('<' + codes)}")
             for c in run:
-                if c.type == T.YEAR:
-                    g.emit(ind, f"if {names[c.index]}: {names[c.index]} += 1900")
+                fix = codecs[c.index].merge_fix
+                if fix:
+                    g.emit(ind, fix.format(v=names[c.index]))
         elif run:
-            _emit_column(g, run[0], names[run[0].index], ind)
+            codecs[run[0].index].emit(g, names[run[0].index], ind)
         else:
-            _emit_column(g, live[i], names[live[i].index], ind)
+            codecs[live[i].index].emit(g, names[live[i].index], ind)
             i += 1
 
 
@@ -347,8 +360,9 @@ def _compile(g: _Gen, name: str) -> Callable:
     return fn
 
 
-def compile_image_decoder(table: TableMap, present: int, version: int = 2) -> Callable:
+def compile_image_decoder(table: TableMap, present: int, version: int = 2, *, codecs: list) -> Callable:
     """A function (buf, off) -> (row list, new off) for images of `table` with the given present-columns bitmap.
+    `codecs`: the table's columns as coltypes.ColumnCodec (each emits its own code).
 
     Each NULL pattern seen gets its own straight-line function (up to MAX_NULL_PATTERNS; beyond that a general
     one that tests every bit). The returned dispatcher reads the NULL bitmap and calls the right one.
@@ -364,7 +378,7 @@ def compile_image_decoder(table: TableMap, present: int, version: int = 2) -> Ca
         g = _Gen()
         g.env["ABSENT"] = ABSENT
         g.emit(0, "def image(buf, off, nulls):" if nulls is None else "def image(buf, off):")
-        _emit_values(g, cols, names, nulls, 1)
+        _emit_values(g, cols, names, nulls, 1, codecs)
         g.emit(1, f"return [{row}], off")
         return _compile(g, "image")
 

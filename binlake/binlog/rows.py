@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .charsets import decode_text
+from .coltypes import TYPES, Meta, codecs_for
 from .columnar import ColumnarPairs, EventPlan, decode_event
 from .constants import ColumnType as T
 from .constants import EventType, RowsKind, TableMapMeta
@@ -16,7 +17,7 @@ from .jsonb import apply_json_diffs, decode_jsonb, parse_json_diffs, to_json_tex
 from .packing import BodyError, need, packed_int, take
 from .rowcodegen import compile_image_decoder
 from .tablemap import Column, TableMap, character_types, signedness_types
-from .values import ABSENT, ValueError_, column_decoder, string_real_type
+from .values import ABSENT, ValueError_, string_real_type
 
 U16 = struct.Struct("<H")
 COLUMNAR = True  # decode whole events column by column (columnar.py); False: row by row (rowcodegen.py)
@@ -49,41 +50,30 @@ class JsonPatch:
     def __repr__(self) -> str:
         return f"JsonPatch({self.as_list()})"
 
-_ONE_BYTE_META = frozenset(
-    {T.FLOAT, T.DOUBLE, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.TIMESTAMP2,
-     T.DATETIME2, T.TIME2, T.VECTOR, T.BLOB_COMPRESSED}
-)
-_TWO_BYTE_LE_META = frozenset({T.VARCHAR, T.VAR_STRING, T.BIT, T.VARCHAR_COMPRESSED})
-_NO_META = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.NULL, T.YEAR, T.DATE, T.NEWDATE, T.TIMESTAMP,
-                      T.DATETIME, T.TIME})
-_TWO_BYTE_BE_META = frozenset({T.NEWDECIMAL, T.STRING, T.ENUM, T.SET, T.DECIMAL})
-
-
-_KNOWN_TYPES = frozenset(_ONE_BYTE_META | _TWO_BYTE_LE_META | _TWO_BYTE_BE_META | _NO_META | {T.TYPED_ARRAY})
-
-
 def _read_type_meta(t: int, buf: bytes, off: int, end: int) -> tuple[int, int, int]:
-    """Returns (resolved type, meta, new offset) for one column's type metadata."""
-    if t in _ONE_BYTE_META:
+    """Returns (resolved type, meta, new offset) for one column's type metadata (its layout: coltypes.TYPES)."""
+    spec = TYPES.get(t)
+    layout = spec.meta if spec is not None else Meta.NONE
+    if layout is Meta.NONE:
+        return t, 0, off
+    if layout is Meta.BYTE:
         need(off, 1, end)
         return t, buf[off], off + 1
-    if t in _TWO_BYTE_LE_META:
+    if layout is Meta.LE16:
         need(off, 2, end)
         return t, U16.unpack_from(buf, off)[0], off + 2
-    if t in _TWO_BYTE_BE_META:
-        need(off, 2, end)
-        meta = buf[off] << 8 | buf[off + 1]
-        if t == T.STRING:
-            real, length = string_real_type(meta)
-            if real in (T.ENUM, T.SET):
-                return real, meta & 0xFF, off + 2
-            return T.STRING, length, off + 2
-        return t, meta, off + 2
-    if t == T.TYPED_ARRAY:
+    if layout is Meta.TYPED:
         need(off, 1, end)
         _sub, meta, off = _read_type_meta(buf[off], buf, off + 1, end)
         return t, meta, off
-    return t, 0, off
+    need(off, 2, end)
+    meta = buf[off] << 8 | buf[off + 1]
+    if layout is Meta.STRING:
+        real, length = string_real_type(meta)
+        if real in (T.ENUM, T.SET):
+            return real, meta & 0xFF, off + 2
+        return T.STRING, length, off + 2
+    return t, meta, off + 2
 
 
 def _msb_bits(data: bytes, count: int) -> list[bool]:
@@ -119,7 +109,7 @@ def parse_table_map(buf: bytes, body: int, end: int, fde: FormatDescription) -> 
         rt, meta, off = _read_type_meta(t, buf, off, meta_end)
         columns.append(Column(i, rt, meta))
     if off != meta_end:
-        unknown = [f"{t} (column {i + 1})" for i, t in enumerate(types) if t not in _KNOWN_TYPES]
+        unknown = [f"{t} (column {i + 1})" for i, t in enumerate(types) if t not in TYPES]
         raise BodyError(f"column metadata is {meta_len} bytes but the types use {off - (meta_end - meta_len)}"
                         + (f"; unknown column type {', '.join(unknown)}" if unknown else ""))
     nbytes = (ncols + 7) // 8
@@ -308,7 +298,8 @@ class RowImageDecoder:
     def __init__(self, table: TableMap, json_structured: bool = False) -> None:
         self.table = table
         self.ncols = len(table.columns)
-        self.decoders = [column_decoder(c) for c in table.columns]  # reference decoders (partial JSON path)
+        self.codecs = codecs_for(table)  # the column types' decoders (coltypes), compiled once per table map
+        self.decoders = [c.decode for c in self.codecs]  # reference decoders (partial JSON path)
         self._plans: dict[int, Any] = {}
         self.json_indexes = [c.index for c in table.columns if c.type == T.JSON]
         self._structured: list | None = None
@@ -319,7 +310,7 @@ class RowImageDecoder:
         try:
             return self._event_plans[present]
         except KeyError:
-            plan = EventPlan(self.table, present) if present & ((1 << self.ncols) - 1) else None
+            plan = EventPlan(self.table, present, self.codecs) if present & ((1 << self.ncols) - 1) else None
             self._event_plans[present] = plan
             return plan
 
@@ -328,7 +319,7 @@ class RowImageDecoder:
         key = present if version else -1 - present
         fn = self._plans.get(key)
         if fn is None:
-            fn = compile_image_decoder(self.table, present, version)
+            fn = compile_image_decoder(self.table, present, version, codecs=self.codecs)
             self._plans[key] = fn
         return fn
 

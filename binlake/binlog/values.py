@@ -105,16 +105,6 @@ def _year(buf, off):
     return (1900 + v if v else 0), off + 1
 
 
-INTEGER_DECODERS = {
-    T.TINY: (_tiny_s, _tiny_u),
-    T.SHORT: (_short_s, _short_u),
-    T.INT24: (_int24_s, _int24_u),
-    T.LONG: (_long_s, _long_u),
-    T.LONGLONG: (_longlong_s, _longlong_u),
-}
-INTEGER_SIZES = {T.TINY: 1, T.SHORT: 2, T.INT24: 3, T.LONG: 4, T.LONGLONG: 8}
-
-
 # -- DECIMAL ----------------------------------------------------------------------------------------------
 
 
@@ -534,16 +524,6 @@ LOGICAL_TYPES = {"inet4": inet4_text, "inet6": inet6_text, "uuid": uuid_text, "v
 COMPRESSED_TYPES = frozenset({T.BLOB_COMPRESSED, T.VARCHAR_COMPRESSED})
 
 
-def value_prefix(col: Column) -> int:
-    """Bytes of the length in front of a variable-length column's value."""
-    t = col.type
-    if t in (T.VARCHAR, T.VAR_STRING, T.STRING, T.VARCHAR_COMPRESSED):
-        return 1 if col.meta < 256 else 2
-    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB_COMPRESSED):
-        return col.meta
-    return col.meta or 4  # JSON, GEOMETRY, VECTOR
-
-
 def wrapped_value(col: Column):
     """bytes -> value for the columns whose stored bytes need one more step (the types above), else None.
     Every decoder path (values, rowcodegen, columnar) reads these as length-prefixed bytes and calls this."""
@@ -558,79 +538,3 @@ def wrapped_value(col: Column):
         width = col.meta
         return lambda raw: fn(bytes(raw).ljust(width, b"\0"))
     return fn
-
-
-# -- factory ----------------------------------------------------------------------------------------------
-
-
-def _check_meta(col: Column) -> None:
-    """Reject type metadata no server writes, before it shapes a decoder."""
-    t, m = col.type, col.meta
-    bad = (
-        (t in (T.DATETIME2, T.TIMESTAMP2, T.TIME2, T.DATETIME, T.TIMESTAMP, T.TIME) and m > 6)
-        or (t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.GEOMETRY, T.JSON, T.VECTOR) and m > 4)
-        or (t == T.BLOB_COMPRESSED and not 1 <= m <= 4)
-        or (t == T.ENUM and m not in (1, 2))
-        or (t == T.SET and not 1 <= m <= 8)
-        or (t == T.BIT and ((m >> 8) > 8 or (m & 0xFF) > 7))
-    )
-    if bad:
-        raise ValueError_(f"column {col.index + 1} has impossible metadata {m} for type {t}")
-
-
-def column_decoder(col: Column) -> Decoder:
-    """Build the decoder for one column (its type already resolved from STRING metadata by the table map)."""
-    t = col.type
-    _check_meta(col)
-    wrapped = wrapped_value(col)
-    if wrapped is not None:
-        return make_length_prefixed(value_prefix(col), wrapped)
-    if t in INTEGER_DECODERS:
-        signed_fn, unsigned_fn = INTEGER_DECODERS[t]
-        return unsigned_fn if col.signed is False else signed_fn
-    if t == T.NEWDECIMAL:
-        return make_decimal(col.precision, col.scale)
-    if t == T.FLOAT:
-        return _float
-    if t == T.DOUBLE:
-        return _double
-    if t == T.YEAR:
-        return _year
-    if t in (T.DATE, T.NEWDATE):
-        return _date
-    if t == T.DATETIME:
-        return make_maria_datetime_hires(col.meta) if col.meta else _datetime_old
-    if t == T.DATETIME2:
-        return make_datetime2(col.meta)
-    if t == T.TIMESTAMP:
-        return make_maria_timestamp_hires(col.meta) if col.meta else _timestamp_old
-    if t == T.TIMESTAMP2:
-        return make_timestamp2(col.meta)
-    if t == T.TIME:
-        return make_maria_time_hires(col.meta) if col.meta else _time_old
-    if t == T.TIME2:
-        return make_time2(col.meta)
-    if t == T.BIT:
-        return make_bit(col.meta)
-    if t in (T.VARCHAR, T.VAR_STRING):
-        return make_length_prefixed(1 if col.meta < 256 else 2, _text_converter(col))
-    if t == T.STRING:
-        if col.collation == BINARY and col.meta:
-            # The server strips BINARY(n)'s trailing zero bytes in row images; SELECT returns them padded.
-            width = col.meta
-            return make_length_prefixed(1 if width < 256 else 2, lambda raw: bytes(raw).ljust(width, b"\0"))
-        return make_length_prefixed(1 if col.meta < 256 else 2, _text_converter(col))
-    if t == T.ENUM:
-        return make_enum(col.meta, col.enum_labels)
-    if t == T.SET:
-        return make_set(col.meta, col.set_labels)
-    if t in (T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
-        return make_length_prefixed(col.meta, _text_converter(col))
-    if t == T.JSON:
-        return make_json(col.meta or 4)
-    if t in (T.GEOMETRY, T.VECTOR):
-        return make_length_prefixed(col.meta or 4, None)
-    raise ValueError_(f"column type {t} cannot be decoded")
-
-
-FSP_TYPES = frozenset({T.DATETIME2, T.TIMESTAMP2, T.TIME2})

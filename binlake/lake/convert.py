@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
@@ -28,7 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..binlog.constants import ColumnType as T
+from ..binlog import coltypes as ct
+from ..binlog.coltypes import arrow_spelling, value_kind
 from ..binlog.rows import JsonPatch
 from ..binlog.tablemap import Column
 from ..binlog.values import ABSENT, vector_floats
@@ -37,56 +39,29 @@ UINT64_DECIMAL = pa.decimal128(20, 0)
 VECTOR = pa.list_(pa.field("element", pa.float32()))  # Delta's (Parquet's) name for a list's items
 
 
-def arrow_type(col: Column) -> pa.DataType:
-    t, unsigned = col.type, col.signed is False
-    if col.logical in ("inet4", "inet6", "uuid"):
-        return pa.string()
-    if col.logical == "vector" or t == T.VECTOR:
+@functools.lru_cache(maxsize=256)
+def arrow_of(spelling: str) -> pa.DataType:
+    """The Arrow type a column-type registry entry spells (binlake/binlog/coltypes.py `arrow`)."""
+    if spelling == "list<float32>":
         return VECTOR
-    if t in (T.VARCHAR_COMPRESSED, T.BLOB_COMPRESSED):
-        return pa.binary() if col.is_binary else pa.string()
-    if t == T.TINY:
-        return pa.int16() if unsigned else pa.int8()
-    if t == T.SHORT:
-        return pa.int32() if unsigned else pa.int16()
-    if t == T.INT24:
-        return pa.int32()
-    if t == T.LONG:
-        return pa.int64() if unsigned else pa.int32()
-    if t == T.LONGLONG:
-        return UINT64_DECIMAL if unsigned else pa.int64()
-    if t == T.NEWDECIMAL:
-        return pa.decimal128(col.precision, col.scale) if col.precision <= 38 else pa.string()
-    if t == T.FLOAT:
-        return pa.float32()
-    if t == T.DOUBLE:
-        return pa.float64()
-    if t == T.BIT:
-        return UINT64_DECIMAL if (col.meta >> 8) * 8 + (col.meta & 0xFF) >= 64 else pa.int64()
-    if t == T.YEAR:
-        return pa.int16()
-    if t in (T.DATE, T.NEWDATE):
-        return pa.date32()
-    if t in (T.DATETIME, T.DATETIME2):
-        return pa.timestamp("us")
-    if t in (T.TIMESTAMP, T.TIMESTAMP2):
+    if spelling == "timestamp[us, UTC]":
         return pa.timestamp("us", tz="UTC")
-    if t in (T.TIME, T.TIME2):
-        return pa.string()
-    if t in (T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB):
-        return pa.binary() if col.is_binary else pa.string()
-    if t in (T.ENUM, T.SET, T.JSON):
-        return pa.string()
-    if t == T.GEOMETRY:
-        return pa.binary()
-    raise ValueError(f"column {col.key}: no Delta type for binlog type {t}")
+    if spelling.startswith("decimal128("):
+        precision, scale = spelling[len("decimal128("):-1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return pa.type_for_alias(spelling)
+
+
+def arrow_type(col: Column) -> pa.DataType:
+    """The Arrow/Delta type of a column (the registry's spelling; ValueError when the type has none)."""
+    return arrow_of(arrow_spelling(col))
 
 
 class ConversionStats(Counter):
     """Counts of values that could not be represented as-is: 'zero_date:db.t.col', 'unlabeled_enum:...', ..."""
 
 
-TEMPORAL = (T.DATE, T.NEWDATE, T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2)
+TEMPORAL = frozenset({ct.DATE, ct.DATETIME, ct.TIMESTAMP})  # value kinds converted from their text
 FAST_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(), pa.binary())
 
 
@@ -108,8 +83,7 @@ def to_arrow(values: Sequence[Any], col: Column, where: str, stats: ConversionSt
 
 
 def _plain(values: Sequence[Any], col: Column, typ: pa.DataType) -> pa.Array:
-    t = col.type
-    if t in TEMPORAL:
+    if value_kind(col) in TEMPORAL:
         # Year 0000 parses, so it is looked for; a zero month or day fails the cast (ArrowInvalid), and the careful
         # path then finds and counts it.
         strings = pa.array(values, pa.string())
@@ -156,18 +130,18 @@ def _careful(values: Sequence[Any], col: Column, typ: pa.DataType, where: str, s
         vals = [None if v is ABSENT else v for v in values]
     else:
         vals = values
-    t = col.type
-    if t in TEMPORAL:
+    kind = value_kind(col)
+    if kind in TEMPORAL:
         return _temporal(pa.array(vals, pa.string()), typ, where, stats)
     if typ == UINT64_DECIMAL:
         return pa.array([None if v is None else Decimal(v) for v in vals], typ)
-    if t == T.NEWDECIMAL and typ == pa.string():
+    if kind == ct.DECIMAL and typ == pa.string():
         return pa.array([None if v is None else format(v, "f") for v in vals], typ)
-    if t in (T.ENUM, T.SET):
+    if kind in (ct.ENUM, ct.SET):
         out = []
         for v in vals:
             if isinstance(v, int):
-                stats[f"unlabeled_{'enum' if t == T.ENUM else 'set'}:{where}"] += 1
+                stats[f"unlabeled_{kind}:{where}"] += 1
                 v = str(v)
             out.append(v)
         return pa.array(out, typ)

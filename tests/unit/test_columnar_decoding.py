@@ -14,7 +14,7 @@ import pytest
 
 from binlake.binlog import columnar, rows
 from binlake.binlog.api import compute_stats, decode_to
-from binlake.binlog.columnar import plan_column
+from binlake.binlog.coltypes import codecs_for, plan_column
 from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.constants import RowsKind
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch
@@ -257,7 +257,7 @@ def test_look_ahead_past_the_buffer_end_falls_back() -> None:
     full = bytes([0]) + (7).to_bytes(8, "little") + (9).to_bytes(8, "little") + bytes([3]) + b"abc"
     short = bytes([0b011]) + bytes([1]) + b"x"  # both BIGINTs NULL: 3 bytes
     buf = full * 3 + short
-    plan = EventPlan(table, 0b111)
+    plan = EventPlan(table, 0b111, codecs_for(table))
     expected = [((7, 9, "abc"),) * 3, ((None, None, "x"),)]
     for _ in range(2):  # the second pass runs the walker generated with the first pattern inline
         pairs = decode_event(plan, buf, 0, len(buf), RowsKind.WRITE)

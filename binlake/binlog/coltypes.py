@@ -1,0 +1,362 @@
+"""The column-type registry: one entry per binlog column type code, holding everything binlake does with a type.
+
+`TYPES[code]` (a `ColumnType`) says how the TABLE_MAP writes the type's metadata and which metadata a server can
+write, which functions decode its values (the reference decoder of values.py, the column-at-a-time planner of
+columnar.py, the code emitter of rowcodegen.py), its Arrow/Delta type, what its decoded values are (which output
+and SQL rendering follow), and the DDL type names the server logs under this code. Every consumer reads this
+table: rows.py (metadata), the three decoders, output.py, lake/convert.py, schema/binlog_types.py and the test
+binlog writer. To add a type: one entry here plus its tests (docs/architecture.md, "To add a column type").
+
+The registry is read when a table map is compiled (`codecs_for`: one `ColumnCodec` per column), never per row.
+
+A column's `logical` type (MariaDB INET4/INET6/UUID/VECTOR stored as binary, known from the schema) and MariaDB's
+COMPRESSED columns decode as length-prefixed bytes plus one more step (values.wrapped_value); their Arrow type
+and rendering are in `LOGICAL`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from . import columnar, rowcodegen, values
+from .charsets import BINARY
+from .constants import ColumnType as T
+from .tablemap import Column, TableMap
+from .values import Decoder, ValueError_
+
+
+class Meta(Enum):
+    """How a type's metadata is written in the TABLE_MAP's metadata block."""
+
+    NONE = 0  # no metadata bytes
+    BYTE = 1  # one byte (pack length, fsp, float size)
+    LE16 = 2  # two bytes little-endian (VARCHAR max length, BIT bytes and bits)
+    BE16 = 3  # two bytes big-endian (precision, scale; ENUM/SET real type and size)
+    STRING = 4  # STRING's two big-endian bytes: real type (ENUM, SET, STRING) and a packed max length
+    TYPED = 5  # TYPED_ARRAY: the element's type code, then the element type's metadata
+
+
+# What a decoded value is (the value contract of values.py); output and conversion follow from it.
+INT, DECIMAL, FLOAT32, FLOAT64, BIT = "int", "decimal", "float32", "float64", "bit"
+DATE, DATETIME, TIMESTAMP, TIME, YEAR = "date", "datetime", "timestamp", "time", "year"
+TEXT, ENUM, SET, JSON, GEOMETRY, VECTOR = "text", "enum", "set", "json", "geometry", "vector"
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """Everything binlake does with one binlog column type. The callables take the `Column` (or its codec)."""
+
+    code: int
+    name: str  # as in docs and messages
+    meta: Meta  # TABLE_MAP metadata layout
+    value: str | None  # what its values decode to (INT, DECIMAL, TEXT, ...); None: binlake cannot decode it
+    reference: Callable[[Column], Decoder] | None = None  # values.py: f(buf, off) -> (value, off); None: undecodable
+    columnar: Callable[[ColumnCodec, int], Any] | None = None  # columnar.py planner: (codec, bit) -> _Col
+    rowgen: Callable | None = None  # rowcodegen.py emitter: (g, codec, v, ind)
+    arrow: Callable[[Column], str] | None = None  # Arrow type spelling (lake/convert.py arrow_of)
+    meta_ok: Callable[[int], bool] | None = None  # metadata a server can write (else the event is corrupt)
+    struct: tuple[str, str] | None = None  # struct codes (signed, unsigned) of a number read as it is
+    merge_fix: str | None = None  # rowcodegen: code fixing a value read in a merged struct run ({v}: the name)
+    width: Callable[[Column], int] | None = None  # bytes of a fixed-width value
+    prefix: Callable[[Column], int] | None = None  # bytes of a variable-length value's length
+    charset: bool = False  # values are text in the column's charset (bytes for the binary collation)
+    ddl: tuple[str, ...] = ()  # DDL data types the server logs with this code (schema/binlog_types.py)
+
+    @property
+    def decodable(self) -> bool:
+        return self.reference is not None
+
+
+# -- small helpers for the table ---------------------------------------------------------------------------
+
+
+def _const(value: Any) -> Callable[[Column], Any]:
+    return lambda col: value
+
+
+def _signed(signed: Any, unsigned: Any) -> Callable[[Column], Any]:
+    return lambda col: unsigned if col.signed is False else signed
+
+
+def _char_prefix(col: Column) -> int:
+    return 1 if col.meta < 256 else 2
+
+
+def _meta_prefix(col: Column) -> int:
+    return col.meta
+
+
+def _meta_or_4(col: Column) -> int:
+    return col.meta or 4
+
+
+def _fsp_ok(m: int) -> bool:
+    return m <= 6
+
+
+def _pack_ok(m: int) -> bool:
+    return m <= 4
+
+
+def _text_or_binary(col: Column) -> str:
+    return "binary" if col.is_binary else "string"
+
+
+def _bit_width(col: Column) -> int:
+    return (col.meta >> 8) + (1 if col.meta & 0xFF else 0)
+
+
+def _text_reference(col: Column) -> Decoder:
+    return values.make_length_prefixed(_char_prefix(col), values._text_converter(col))
+
+
+def _string_reference(col: Column) -> Decoder:
+    if col.collation == BINARY and col.meta:
+        # The server strips BINARY(n)'s trailing zero bytes in row images; SELECT returns them padded.
+        width = col.meta
+        return values.make_length_prefixed(1 if width < 256 else 2, lambda raw: bytes(raw).ljust(width, b"\0"))
+    return _text_reference(col)
+
+
+def _blob_reference(col: Column) -> Decoder:
+    return values.make_length_prefixed(col.meta, values._text_converter(col))
+
+
+def _wrapped_reference(col: Column) -> Decoder:
+    """Length-prefixed bytes, then one more step (values.wrapped_value: inflate, INET/UUID text, floats)."""
+    return values.make_length_prefixed(value_prefix(col), values.wrapped_value(col))
+
+
+def _integer(code: int, name: str, s: Any, u: Any, codes: tuple[str, str] | None, size: int,
+             arrow: tuple[str, str], ddl: tuple[str, ...], rowgen: Callable) -> ColumnType:
+    return ColumnType(code, name, Meta.NONE, INT, reference=_signed(s, u),
+                      columnar=columnar.plan_struct if codes else columnar.plan_cached, rowgen=rowgen,
+                      arrow=_signed(*arrow), struct=codes, width=_const(size), ddl=ddl)
+
+
+def _blob(code: int, name: str) -> ColumnType:
+    return ColumnType(code, name, Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
+                      rowgen=rowcodegen.emit_blob, arrow=_text_or_binary, meta_ok=_pack_ok, prefix=_meta_prefix,
+                      charset=True)
+
+
+_REF = rowcodegen.emit_reference
+
+_ENTRIES = [
+    ColumnType(T.DECIMAL, "DECIMAL (pre-5.0)", Meta.BE16, None),  # never written by a supported server
+    _integer(T.TINY, "TINYINT", values._tiny_s, values._tiny_u, ("b", "B"), 1, ("int8", "int16"),
+             ("tinyint", "bool", "boolean"), rowcodegen.emit_tiny),
+    _integer(T.SHORT, "SMALLINT", values._short_s, values._short_u, ("h", "H"), 2, ("int16", "int32"),
+             ("smallint",), rowcodegen.emit_struct),
+    _integer(T.INT24, "MEDIUMINT", values._int24_s, values._int24_u, None, 3, ("int32", "int32"),
+             ("mediumint",), rowcodegen.emit_int24),
+    _integer(T.LONG, "INT", values._long_s, values._long_u, ("i", "I"), 4, ("int32", "int64"),
+             ("int", "integer"), rowcodegen.emit_struct),
+    _integer(T.LONGLONG, "BIGINT", values._longlong_s, values._longlong_u, ("q", "Q"), 8,
+             ("int64", "decimal128(20, 0)"), ("bigint",), rowcodegen.emit_struct),
+    ColumnType(T.NEWDECIMAL, "DECIMAL", Meta.BE16, DECIMAL,
+               reference=lambda col: values.make_decimal(col.precision, col.scale),
+               columnar=columnar.plan_decimal, rowgen=rowcodegen.emit_decimal,
+               arrow=lambda col: f"decimal128({col.precision}, {col.scale})" if col.precision <= 38 else "string",
+               width=lambda col: values.decimal_groups(col.precision, col.scale)[2], ddl=("decimal", "numeric")),
+    ColumnType(T.FLOAT, "FLOAT", Meta.BYTE, FLOAT32, reference=_const(values._float), columnar=columnar.plan_struct,
+               rowgen=rowcodegen.emit_struct, arrow=_const("float32"), struct=("f", "f"), width=_const(4),
+               ddl=("float",)),
+    ColumnType(T.DOUBLE, "DOUBLE", Meta.BYTE, FLOAT64, reference=_const(values._double),
+               columnar=columnar.plan_struct, rowgen=rowcodegen.emit_struct, arrow=_const("float64"),
+               struct=("d", "d"), width=_const(8), ddl=("double", "real")),
+    ColumnType(T.NULL, "NULL", Meta.NONE, None),  # a NULL-typed column (never in a table)
+    ColumnType(T.YEAR, "YEAR", Meta.NONE, YEAR, reference=_const(values._year), columnar=columnar.plan_year,
+               rowgen=rowcodegen.emit_year, arrow=_const("int16"), struct=("B", "B"),
+               merge_fix="if {v}: {v} += 1900", width=_const(1), ddl=("year",)),
+    ColumnType(T.DATE, "DATE", Meta.NONE, DATE, reference=_const(values._date), columnar=columnar.plan_cached,
+               rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3), ddl=("date",)),
+    ColumnType(T.NEWDATE, "DATE (NEWDATE)", Meta.NONE, DATE, reference=_const(values._date),
+               columnar=columnar.plan_cached, rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3)),
+    # The pre-5.6 temporal types; MariaDB's TIME(n)/DATETIME(n)/TIMESTAMP(n) with mysql56_temporal_format=OFF keep
+    # these codes with no metadata, the precision coming from the schema (in Column.meta).
+    ColumnType(T.TIME, "TIME (old)", Meta.NONE, TIME,
+               reference=lambda col: values.make_maria_time_hires(col.meta) if col.meta else values._time_old,
+               columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
+               width=lambda col: values.MARIA_TIME_BYTES[col.meta]),
+    ColumnType(T.DATETIME, "DATETIME (old)", Meta.NONE, DATETIME,
+               reference=lambda col: (values.make_maria_datetime_hires(col.meta) if col.meta
+                                      else values._datetime_old),
+               columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us]"), meta_ok=_fsp_ok,
+               width=lambda col: values.MARIA_DATETIME_BYTES[col.meta]),
+    ColumnType(T.TIMESTAMP, "TIMESTAMP (old)", Meta.NONE, TIMESTAMP,
+               reference=lambda col: (values.make_maria_timestamp_hires(col.meta) if col.meta
+                                      else values._timestamp_old),
+               columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us, UTC]"), meta_ok=_fsp_ok,
+               width=lambda col: values.MARIA_TIMESTAMP_BYTES[col.meta]),
+    ColumnType(T.TIME2, "TIME", Meta.BYTE, TIME, reference=lambda col: values.make_time2(col.meta),
+               columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
+               width=lambda col: 3 + (col.meta + 1) // 2, ddl=("time",)),
+    ColumnType(T.DATETIME2, "DATETIME", Meta.BYTE, DATETIME, reference=lambda col: values.make_datetime2(col.meta),
+               columnar=columnar.plan_datetime2, rowgen=rowcodegen.emit_datetime2, arrow=_const("timestamp[us]"),
+               meta_ok=_fsp_ok, width=lambda col: 5 + (col.meta + 1) // 2, ddl=("datetime",)),
+    ColumnType(T.TIMESTAMP2, "TIMESTAMP", Meta.BYTE, TIMESTAMP,
+               reference=lambda col: values.make_timestamp2(col.meta), columnar=columnar.plan_timestamp2,
+               rowgen=rowcodegen.emit_timestamp2, arrow=_const("timestamp[us, UTC]"), meta_ok=_fsp_ok,
+               width=lambda col: 4 + (col.meta + 1) // 2, ddl=("timestamp",)),
+    ColumnType(T.BIT, "BIT", Meta.LE16, BIT, reference=lambda col: values.make_bit(col.meta),
+               columnar=columnar.plan_cached, rowgen=_REF,
+               arrow=lambda col: ("decimal128(20, 0)" if (col.meta >> 8) * 8 + (col.meta & 0xFF) >= 64
+                                  else "int64"),
+               meta_ok=lambda m: (m >> 8) <= 8 and (m & 0xFF) <= 7, width=_bit_width, ddl=("bit",)),
+    ColumnType(T.VARCHAR, "VARCHAR", Meta.LE16, TEXT, reference=_text_reference, columnar=columnar.plan_text,
+               rowgen=rowcodegen.emit_text, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
+               ddl=("varchar", "varbinary")),
+    ColumnType(T.VAR_STRING, "VARCHAR (VAR_STRING)", Meta.LE16, TEXT, reference=_text_reference,
+               columnar=columnar.plan_text, rowgen=rowcodegen.emit_text, arrow=_text_or_binary,
+               prefix=_char_prefix, charset=True),
+    ColumnType(T.STRING, "CHAR", Meta.STRING, TEXT, reference=_string_reference, columnar=columnar.plan_string,
+               rowgen=rowcodegen.emit_string, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
+               ddl=("char", "binary")),
+    ColumnType(T.ENUM, "ENUM", Meta.BE16, ENUM, reference=lambda col: values.make_enum(col.meta, col.enum_labels),
+               columnar=columnar.plan_enum, rowgen=rowcodegen.emit_enum, arrow=_const("string"),
+               meta_ok=lambda m: m in (1, 2), width=_meta_prefix, ddl=("enum",)),
+    ColumnType(T.SET, "SET", Meta.BE16, SET, reference=lambda col: values.make_set(col.meta, col.set_labels),
+               columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=lambda m: 1 <= m <= 8,
+               width=_meta_prefix, ddl=("set",)),
+    _blob(T.TINY_BLOB, "TINYBLOB"),
+    _blob(T.MEDIUM_BLOB, "MEDIUMBLOB"),
+    _blob(T.LONG_BLOB, "LONGBLOB"),
+    ColumnType(T.BLOB, "BLOB/TEXT", Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
+               rowgen=rowcodegen.emit_blob, arrow=_text_or_binary, meta_ok=_pack_ok, prefix=_meta_prefix,
+               charset=True, ddl=("tinyblob", "tinytext", "blob", "text", "mediumblob", "mediumtext", "longblob",
+                                  "longtext")),
+    ColumnType(T.JSON, "JSON", Meta.BYTE, JSON, reference=lambda col: values.make_json(col.meta or 4),
+               columnar=columnar.plan_json, rowgen=_REF, arrow=_const("string"), meta_ok=_pack_ok,
+               prefix=_meta_or_4, ddl=("json",)),
+    ColumnType(T.GEOMETRY, "GEOMETRY", Meta.BYTE, GEOMETRY,
+               reference=lambda col: values.make_length_prefixed(col.meta or 4, None), columnar=columnar.plan_bytes,
+               rowgen=_REF, arrow=_const("binary"), meta_ok=_pack_ok, prefix=_meta_or_4,
+               ddl=("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                    "geometrycollection", "geomcollection")),
+    # MySQL 9's VECTOR (MariaDB's vectors are VARBINARY with the logical type "vector"): always wrapped.
+    ColumnType(T.VECTOR, "VECTOR", Meta.BYTE, VECTOR, reference=_wrapped_reference, columnar=columnar.plan_bytes,
+               rowgen=_REF, arrow=_const("list<float32>"), meta_ok=_pack_ok, prefix=_meta_or_4, ddl=("vector",)),
+    # MariaDB COMPRESSED columns: always wrapped (the bytes are inflated, then decoded as text or kept as bytes).
+    ColumnType(T.BLOB_COMPRESSED, "BLOB/TEXT COMPRESSED", Meta.BYTE, TEXT, reference=_wrapped_reference,
+               columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, meta_ok=lambda m: 1 <= m <= 4,
+               prefix=_meta_prefix, charset=True),
+    ColumnType(T.VARCHAR_COMPRESSED, "VARCHAR COMPRESSED", Meta.LE16, TEXT, reference=_wrapped_reference,
+               columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, prefix=_char_prefix, charset=True),
+    ColumnType(T.TYPED_ARRAY, "TYPED_ARRAY", Meta.TYPED, None),  # MySQL multi-valued index arrays: not decoded
+]
+
+TYPES: dict[int, ColumnType] = {e.code: e for e in _ENTRIES}
+
+
+@dataclass(frozen=True)
+class LogicalType:
+    """A type the schema names on top of a binary column (MariaDB INET4/INET6/UUID, vectors)."""
+
+    name: str
+    arrow: str
+    text: bool  # values are text, written and compared as text in SQL (the server converts)
+
+
+LOGICAL: dict[str, LogicalType] = {
+    "inet4": LogicalType("inet4", "string", True),
+    "inet6": LogicalType("inet6", "string", True),
+    "uuid": LogicalType("uuid", "string", True),
+    "vector": LogicalType("vector", "list<float32>", False),
+}
+
+
+def type_of(code: int) -> ColumnType | None:
+    return TYPES.get(code)
+
+
+def value_kind(col: Column) -> str | None:
+    """What `col`'s decoded values are (INT, TEXT, VECTOR, ...; a logical type's name), None if unknown."""
+    if col.logical is not None:
+        return col.logical
+    spec = TYPES.get(col.type)
+    return spec.value if spec is not None else None
+
+
+def arrow_spelling(col: Column) -> str:
+    """The Arrow type of `col`'s values, spelled as lake/convert.py reads it (ValueError: no Delta type)."""
+    logical = LOGICAL.get(col.logical) if col.logical else None
+    if logical is not None:
+        return logical.arrow
+    spec = TYPES.get(col.type)
+    if spec is None or spec.arrow is None:
+        raise ValueError(f"column {col.key}: no Delta type for binlog type {col.type}")
+    return spec.arrow(col)
+
+
+# -- decoding: a table map's columns compiled once ---------------------------------------------------------
+
+
+def _check_meta(col: Column, spec: ColumnType) -> None:
+    """Reject type metadata no server writes, before it shapes a decoder."""
+    if spec.meta_ok is not None and not spec.meta_ok(col.meta):
+        raise ValueError_(f"column {col.index + 1} has impossible metadata {col.meta} for type {col.type}")
+
+
+def value_prefix(col: Column) -> int:
+    """Bytes of the length in front of a variable-length column's value."""
+    spec = TYPES.get(col.type)
+    return spec.prefix(col) if spec is not None and spec.prefix is not None else col.meta or 4
+
+
+def column_decoder(col: Column) -> Decoder:
+    """The reference decoder of one column (its type already resolved from STRING metadata by the table map)."""
+    spec = TYPES.get(col.type)
+    if spec is not None:
+        _check_meta(col, spec)
+    wrapped = values.wrapped_value(col)
+    if wrapped is not None:
+        return values.make_length_prefixed(value_prefix(col), wrapped)
+    if spec is None or spec.reference is None:
+        raise ValueError_(f"column type {col.type} cannot be decoded")
+    return spec.reference(col)
+
+
+class ColumnCodec:
+    """One column of a table map with its type's decoders resolved: the reference decoder (`decode`, built and
+    its metadata checked at once), the column-at-a-time plan (`plan(bit)`) and the generated code (`emit`)."""
+
+    __slots__ = ("col", "decode", "merge", "merge_fix", "prefix", "spec", "struct", "width", "wrapped")
+
+    def __init__(self, col: Column) -> None:
+        self.col = col
+        self.decode = column_decoder(col)  # raises ValueError_ on impossible metadata or an undecodable type
+        spec = self.spec = TYPES.get(col.type)  # None only for a wrapped column of an unknown type
+        self.wrapped = values.wrapped_value(col)
+        self.prefix = value_prefix(col)
+        self.struct = spec.struct[col.signed is False] if spec is not None and spec.struct is not None else None
+        self.width = spec.width(col) if spec is not None and spec.width is not None else None
+        # rowcodegen reads runs of fixed-width numbers with one struct call
+        self.merge = self.struct if self.wrapped is None else None
+        self.merge_fix = spec.merge_fix if spec is not None else None
+
+    def plan(self, bit: int) -> Any:
+        """columnar._Col: how this column is unpacked and converted when it is present at `bit`."""
+        if self.wrapped is not None:
+            return columnar.plan_wrapped(self, bit, self.wrapped)
+        return self.spec.columnar(self, bit)  # type: ignore[misc]
+
+    def emit(self, g: Any, v: str, ind: int) -> None:
+        """rowcodegen: code setting `v` from buf at off and advancing off."""
+        if self.wrapped is not None:
+            rowcodegen.emit_reference(g, self, v, ind)
+        else:
+            self.spec.rowgen(g, self, v, ind)  # type: ignore[misc]
+
+
+def codecs_for(table: TableMap) -> list[ColumnCodec]:
+    """The columns of a table map compiled (raises ValueError_ on a column that cannot be decoded)."""
+    return [ColumnCodec(c) for c in table.columns]
+
+
+def plan_column(col: Column, bit: int) -> Any:
+    """The columnar plan of one column (raises ValueError_ on impossible metadata)."""
+    return ColumnCodec(col).plan(bit)
