@@ -63,7 +63,7 @@ class ColumnType:
     width: Callable[[Column], int] | None = None  # bytes of a fixed-width value
     prefix: Callable[[Column], int] | None = None  # bytes of a variable-length value's length
     charset: bool = False  # values are text in the column's charset (bytes for the binary collation)
-    ddl: tuple[str, ...] = ()  # DDL data types the server logs with this code (schema/binlog_types.py)
+    ddl: tuple[str, ...] = ()  # DDL data types (as the DDL parser names them) MySQL logs with this code
 
     @property
     def decodable(self) -> bool:
@@ -148,13 +148,13 @@ _REF = rowcodegen.emit_reference
 _ENTRIES = [
     ColumnType(T.DECIMAL, "DECIMAL (pre-5.0)", Meta.BE16, None),  # never written by a supported server
     _integer(T.TINY, "TINYINT", values._tiny_s, values._tiny_u, ("b", "B"), 1, ("int8", "int16"),
-             ("tinyint", "bool", "boolean"), rowcodegen.emit_tiny),
+             ("tinyint",), rowcodegen.emit_tiny),
     _integer(T.SHORT, "SMALLINT", values._short_s, values._short_u, ("h", "H"), 2, ("int16", "int32"),
              ("smallint",), rowcodegen.emit_struct),
     _integer(T.INT24, "MEDIUMINT", values._int24_s, values._int24_u, None, 3, ("int32", "int32"),
              ("mediumint",), rowcodegen.emit_int24),
     _integer(T.LONG, "INT", values._long_s, values._long_u, ("i", "I"), 4, ("int32", "int64"),
-             ("int", "integer"), rowcodegen.emit_struct),
+             ("int",), rowcodegen.emit_struct),
     _integer(T.LONGLONG, "BIGINT", values._longlong_s, values._longlong_u, ("q", "Q"), 8,
              ("int64", "decimal128(20, 0)"), ("bigint",), rowcodegen.emit_struct),
     ColumnType(T.NEWDECIMAL, "DECIMAL", Meta.BE16, DECIMAL,
@@ -250,6 +250,13 @@ _ENTRIES = [
 ]
 
 TYPES: dict[int, ColumnType] = {e.code: e for e in _ENTRIES}
+# DDL data type -> the code MySQL logs it with (schema/binlog_types.py adds MariaDB's and old servers' variations).
+DDL_TYPES: dict[str, int] = {name: e.code for e in _ENTRIES for name in e.ddl}
+
+
+def ddl_names(value: str) -> frozenset[str]:
+    """The DDL data types whose values decode to `value` (INT: tinyint .. bigint, GEOMETRY: geometry, point ...)."""
+    return frozenset(name for e in _ENTRIES if e.value == value for name in e.ddl)
 
 
 @dataclass(frozen=True)

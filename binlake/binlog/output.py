@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any, TextIO
 
+from . import coltypes as ct
 from .charsets import BINARY, charset_of, codec_of, encode_mysql_latin1
-from .constants import ColumnType as T
+from .coltypes import LOGICAL, TYPES, value_kind
 from .records import OP_DELETE, OP_INSERT, OP_UPDATE, EventRecord, RowChange
 from .rows import JsonPatch
 from .tablemap import Column, TableMap
@@ -42,14 +43,9 @@ def format_ts(ts: int) -> str:
 # -- JSON lines -------------------------------------------------------------------------------------------
 
 
-def _json_formatter(col_type: int, logical: str | None = None) -> Callable[[Any], Any] | None:
-    if col_type == T.FLOAT:
-        return float32_value
-    if col_type == T.VECTOR or logical == "vector":
-        return lambda v: [float32_value(x) for x in v]
-    if col_type == T.JSON:
-        return lambda v: _json_patch(v) if type(v) is JsonPatch else RawJson(v)
-    return None
+def _json_formatter(col: Column) -> Callable[[Any], Any] | None:
+    """How a column's values go into JSON, by what they are (coltypes.value_kind); None: as they come."""
+    return _JSON_FORMATTERS.get(value_kind(col))
 
 
 class RawJson(str):
@@ -59,6 +55,13 @@ class RawJson(str):
 def _json_patch(value: JsonPatch) -> dict:
     return {"json_diff": [{k if k != "value_json" else "value": (RawJson(v) if k == "value_json" else v)
                            for k, v in d.items()} for d in value.as_list()]}
+
+
+_JSON_FORMATTERS: dict[str | None, Callable[[Any], Any]] = {
+    ct.FLOAT32: float32_value,
+    ct.VECTOR: lambda v: [float32_value(x) for x in v],
+    ct.JSON: lambda v: _json_patch(v) if type(v) is JsonPatch else RawJson(v),
+}
 
 
 def _generic_json(value: Any) -> Any:
@@ -74,7 +77,7 @@ def _generic_json(value: Any) -> Any:
 def _json_plan(table: TableMap) -> list[tuple[str, Callable | None]]:
     plan = getattr(table, "_json_plan", None)
     if plan is None:
-        plan = [(c.key, _json_formatter(c.type, c.logical)) for c in table.columns]
+        plan = [(c.key, _json_formatter(c)) for c in table.columns]
         table._json_plan = plan  # type: ignore[attr-defined]
     return plan
 
@@ -180,11 +183,20 @@ def write_jsonl(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
 
 # -- SQL --------------------------------------------------------------------------------------------------
 
-# Character types whose values are text in a column charset (bytes for the binary collation).
-_CHAR_TYPES = frozenset({T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB,
-                         T.VARCHAR_COMPRESSED, T.BLOB_COMPRESSED})
-# MariaDB INET4/INET6/UUID: stored as binary, decoded to text, written and compared as text (the server converts).
-_TEXT_FORM = ("inet4", "inet6", "uuid")
+
+def _char_type(col: Column) -> bool:
+    """Values are text in the column's charset (bytes for the binary collation): CHAR, VARCHAR, TEXT, BLOB."""
+    spec = TYPES.get(col.type)
+    return spec is not None and spec.charset
+
+
+def _text_form(col: Column) -> bool:
+    """MariaDB INET4/INET6/UUID: stored as binary, decoded to text, written and compared as text (the server
+    converts)."""
+    logical = LOGICAL.get(col.logical) if col.logical else None
+    return logical is not None and logical.text
+
+_LABELLED = (ct.ENUM, ct.SET)
 _UTF8_CHARSETS = ("utf8mb4", "utf8mb3", "utf8")
 _WIDE_CHARSETS = ("ucs2", "utf16", "utf16le", "utf32")
 
@@ -225,7 +237,8 @@ def sql_literal(value: Any, col_type: int | None = None) -> str:
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, float):
-        return repr(float32_value(value) if col_type == T.FLOAT else value)
+        spec = TYPES.get(col_type) if col_type is not None else None
+        return repr(float32_value(value) if spec is not None and spec.value == ct.FLOAT32 else value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "X'" + bytes(value).hex() + "'"
     if isinstance(value, list):  # a vector: its exact bytes (little-endian 4-byte floats), which both servers take
@@ -253,11 +266,12 @@ def _label_number(col: Column, value: Any) -> int | None:
     """ENUM index (1-based) or SET bitmask of a label value; None when the labels do not say."""
     if isinstance(value, int):
         return value
-    if col.type == T.ENUM and col.enum_labels is not None:
+    kind = value_kind(col)
+    if kind == ct.ENUM and col.enum_labels is not None:
         if value in col.enum_labels:
             return col.enum_labels.index(value) + 1
         return 0 if value == "" else None
-    if col.type == T.SET and col.set_labels is not None:
+    if kind == ct.SET and col.set_labels is not None:
         mask = 0
         for label in value.split(",") if value else []:
             if label not in col.set_labels:
@@ -271,13 +285,13 @@ def value_sql(col: Column, value: Any) -> str:
     """A literal that stores exactly `value` in `col` (INSERT values, UPDATE SET)."""
     if value is None or isinstance(value, (bool, int, Decimal, float, list)):
         return sql_literal(value, col.type)
-    if col.logical in _TEXT_FORM and isinstance(value, str):
+    if _text_form(col) and isinstance(value, str):
         return text_literal(value)
-    if col.type in (T.ENUM, T.SET):
+    if value_kind(col) in _LABELLED:
         number = _label_number(col, value)
         return str(number) if number is not None else sql_literal(value)
     charset = _charset(col)
-    if col.type in _CHAR_TYPES and isinstance(value, str) and charset not in _UTF8_CHARSETS and not (
+    if _char_type(col) and isinstance(value, str) and charset not in _UTF8_CHARSETS and not (
             charset is not None and charset not in _WIDE_CHARSETS and value.isascii() and _plain(value)):
         # latin1, ucs2, ... or an unknown charset: the stored bytes as a binary string, which the server copies
         # into the column unchanged (a utf8mb4 text literal would be converted, and guessed text mis-stored).
@@ -297,7 +311,8 @@ def match_sql(col: Column, name: str, value: Any) -> str:
         return f"{q} IS NULL"
     if isinstance(value, float):
         return f"{q}={float_literal(value)}"
-    if col.type in (T.ENUM, T.SET):
+    kind = value_kind(col)
+    if kind in _LABELLED:
         number = _label_number(col, value)
         if number is not None and number >= 1 << 63:
             # The 64th member of a SET: MariaDB's col+0 is a signed BIGINT (negative here), so the bitmask is
@@ -305,14 +320,15 @@ def match_sql(col: Column, name: str, value: Any) -> str:
             return f"{q}+0 IN ({number}, {number - (1 << 64)})"
         if number is not None:
             return f"{q}+0={number}"
-    if col.logical in _TEXT_FORM and isinstance(value, str):
+    if _text_form(col) and isinstance(value, str):
         return f"{q}={text_literal(value)}"
-    if col.type == T.JSON and isinstance(value, str):  # MySQL's binary JSON: compared as JSON values
+    if kind == ct.JSON and isinstance(value, str):  # MySQL's binary JSON: compared as JSON values
         return f"{q}=CAST({text_literal(value)} AS JSON)"
-    if isinstance(value, (str, bytes, bytearray, memoryview)) and (col.type in _CHAR_TYPES or not isinstance(value, str)):
+    char_type = _char_type(col)
+    if isinstance(value, (str, bytes, bytearray, memoryview)) and (char_type or not isinstance(value, str)):
         raw = stored_bytes(col, value)
         if raw is not None:
-            if col.collation == BINARY and col.type in _CHAR_TYPES:
+            if col.collation == BINARY and char_type:
                 return f"{q}=X'{raw.hex()}'"  # binary collation: every byte counts, and the index can be used
             return f"CAST({q} AS BINARY)=X'{raw.hex()}'"
     return f"{q}={value_sql(col, value)}"
@@ -350,7 +366,7 @@ def _conditions(table: TableMap, values: list, keyed: bool) -> str:
             raise OutputError(f"{table.qualified_name}: a partial JSON update cannot identify a row")
         col = table.columns[i]
         exact = match_sql(col, name, v)
-        if keyed and exact.startswith("CAST(") and isinstance(v, str) and col.type in _CHAR_TYPES:
+        if keyed and exact.startswith("CAST(") and isinstance(v, str) and _char_type(col):
             # a key column: compare under its collation too, so that the key's index finds the row
             exact = f"{quote_ident(name)}={value_sql(col, v)} AND {exact}"
         parts.append(exact)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..binlog import coltypes as ct
 from ..binlog.charsets import COLLATION_CHARSET, COLLATION_IDS
+from ..binlog.coltypes import DDL_TYPES, ddl_names
 from ..binlog.constants import ColumnType as T
 from ..binlog.tablemap import Column, TableMap
 from .model import ColumnDef, TableDef
@@ -19,11 +21,10 @@ MBMAXLEN = {
     "gb18030": 4, "big5": 2, "sjis": 2, "cp932": 2, "ujis": 3, "eucjpms": 3, "euckr": 2, "binary": 1,
 }
 
-INTEGERS = {"tinyint": T.TINY, "smallint": T.SHORT, "mediumint": T.INT24, "int": T.LONG, "bigint": T.LONGLONG}
+INTEGERS = {name: DDL_TYPES[name] for name in ddl_names(ct.INT)}
 BLOB_PACK = {"tinyblob": 1, "tinytext": 1, "blob": 2, "text": 2, "mediumblob": 3, "mediumtext": 3, "longblob": 4,
              "longtext": 4}
-GEOMETRY = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-            "geometrycollection", "geomcollection"}
+GEOMETRY = ddl_names(ct.GEOMETRY)
 CHARACTER = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 

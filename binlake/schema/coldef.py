@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..binlog import coltypes as ct
 from ..binlog.charsets import COLLATION_CHARSET, COLLATION_IDS
+from ..binlog.coltypes import ddl_names
 from .binlog_types import MBMAXLEN
 from .model import ColumnDef
 from .sqllex import BIT, DSTRING, HEX, NUMBER, QIDENT, STRING, WORD, Cursor, SqlSyntaxError, Token
 
-INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
+INTEGER_TYPES = ddl_names(ct.INT)
 TEXT_TYPES = ("tinytext", "text", "mediumtext", "longtext")
 BLOB_TYPES = ("tinyblob", "blob", "mediumblob", "longblob")
 LOB_BYTES = (255, 65535, 16777215, 4294967295)  # max bytes of tiny/-/medium/long TEXT and BLOB
@@ -23,8 +25,7 @@ CHARACTER_TYPES = {"char", "varchar", *TEXT_TYPES, "enum", "set"}
 BINARY_TYPES = {"binary", "varbinary", *BLOB_TYPES}
 TO_BINARY = {"char": "binary", "varchar": "varbinary", **dict(zip(TEXT_TYPES, BLOB_TYPES, strict=True))}
 TIME_TYPES = {"time", "datetime", "timestamp"}
-SPATIAL_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-                 "geometrycollection", "geomcollection"}
+SPATIAL_TYPES = ddl_names(ct.GEOMETRY)
 PLAIN_TYPES = {"date", "year", "json", "bool", "boolean", "serial", "inet4", "inet6", "uuid", "vector",
                *SPATIAL_TYPES, *TIME_TYPES, *BLOB_TYPES, *TEXT_TYPES, "binary", "varbinary", "bit"}
 SYNONYMS = {

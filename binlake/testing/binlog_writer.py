@@ -39,6 +39,7 @@ from decimal import Decimal
 from typing import Any, BinaryIO
 
 from binlake.binlog.charsets import COLLATION_IDS, charset_of, codec_of, decode_mysql_latin1, encode_mysql_latin1
+from binlake.binlog.coltypes import TYPES, Meta
 from binlake.binlog.constants import (
     BINARY_COLLATION,
     BINLOG_CHECKSUM_ALG_CRC32,
@@ -727,48 +728,43 @@ def _bytes_encoder(prefix: int) -> Encoder:
     return enc
 
 
+# The writer's half of the column-type registry (binlake/binlog/coltypes.py, which the product's layers cannot
+# import from here): type code -> the value encoder of a column, for the types MySQL 8.0 writes in rows events.
+ENCODERS: dict[int, Callable[[Column], Encoder]] = {
+    T.TINY: lambda col: _int_encoder(T.TINY, col.signed is not False),
+    T.SHORT: lambda col: _int_encoder(T.SHORT, col.signed is not False),
+    T.INT24: lambda col: _int_encoder(T.INT24, col.signed is not False),
+    T.LONG: lambda col: _int_encoder(T.LONG, col.signed is not False),
+    T.LONGLONG: lambda col: _int_encoder(T.LONGLONG, col.signed is not False),
+    T.NEWDECIMAL: lambda col: _decimal_encoder(col.meta >> 8, col.meta & 0xFF),
+    T.FLOAT: lambda col: _real_encoder(_FLOAT, "FLOAT"),
+    T.DOUBLE: lambda col: _real_encoder(_DOUBLE, "DOUBLE"),
+    T.BIT: lambda col: _bit_encoder(col.meta),
+    T.YEAR: lambda col: _year,
+    T.DATE: lambda col: _date,
+    T.TIME2: lambda col: _time_encoder(col.meta),
+    T.DATETIME2: lambda col: _datetime_encoder(col.meta),
+    T.TIMESTAMP2: lambda col: _timestamp_encoder(col.meta),
+    T.STRING: lambda col: _string_encoder(col, col.meta, 1 if col.meta < 256 else 2),
+    T.VARCHAR: lambda col: _string_encoder(col, col.meta, 1 if col.meta < 256 else 2),
+    T.BLOB: lambda col: _string_encoder(col, (1 << (8 * col.meta)) - 1, col.meta),
+    T.ENUM: _enum_encoder,
+    T.SET: _set_encoder,
+    T.JSON: lambda col: _json_encoder(col.meta),
+    T.GEOMETRY: lambda col: _bytes_encoder(col.meta),
+}
+
+
 def _encoder(col: Column) -> Encoder:
     """The function value -> row-image bytes for one column; raises ValueError for values that do not fit."""
-    t, meta = col.type, col.meta
-    if t in _INT_LAYOUT:
-        return _int_encoder(t, col.signed is not False)
-    if t == T.NEWDECIMAL:
-        return _decimal_encoder(meta >> 8, meta & 0xFF)
-    if t == T.FLOAT:
-        return _real_encoder(_FLOAT, "FLOAT")
-    if t == T.DOUBLE:
-        return _real_encoder(_DOUBLE, "DOUBLE")
-    if t == T.BIT:
-        return _bit_encoder(meta)
-    if t == T.YEAR:
-        return _year
-    if t == T.DATE:
-        return _date
-    if t == T.TIME2:
-        return _time_encoder(meta)
-    if t == T.DATETIME2:
-        return _datetime_encoder(meta)
-    if t == T.TIMESTAMP2:
-        return _timestamp_encoder(meta)
-    if t in (T.STRING, T.VARCHAR):
-        return _string_encoder(col, meta, 1 if meta < 256 else 2)
-    if t == T.BLOB:
-        return _string_encoder(col, (1 << (8 * meta)) - 1, meta)
-    if t == T.ENUM:
-        return _enum_encoder(col)
-    if t == T.SET:
-        return _set_encoder(col)
-    if t == T.JSON:
-        return _json_encoder(meta)
-    if t == T.GEOMETRY:
-        return _bytes_encoder(meta)
-    raise ValueError(f"column {col.key}: type {t} is not one MySQL 8.0 writes in rows events")
+    make = ENCODERS.get(col.type)
+    if make is None:
+        raise ValueError(f"column {col.key}: type {col.type} is not one MySQL 8.0 writes in rows events")
+    return make(col)
 
 
 # -- TABLE_MAP --------------------------------------------------------------------------------------------------
 
-_ONE_BYTE_META = frozenset({T.FLOAT, T.DOUBLE, T.BLOB, T.JSON, T.GEOMETRY, T.TIME2, T.DATETIME2, T.TIMESTAMP2})
-_NO_META = frozenset({T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.YEAR, T.DATE})
 _REAL_STRING = {T.STRING: 0xFE, T.ENUM: 0xF7, T.SET: 0xF8}
 
 
@@ -792,21 +788,23 @@ def _check_column(col: Column, i: int) -> None:
 
 
 def _type_metadata(col: Column) -> tuple[int, bytes]:
-    """(type byte, metadata bytes) exactly as the server writes them into TABLE_MAP."""
+    """(type byte, metadata bytes) exactly as the server writes them into TABLE_MAP (layouts: coltypes.TYPES)."""
     t, meta = col.type, col.meta
-    if t == T.STRING:
-        return T.STRING, bytes((0xFE ^ ((meta & 0x300) >> 4), meta & 0xFF))
-    if t in (T.ENUM, T.SET):
+    spec = TYPES.get(t)
+    if t not in ENCODERS or spec is None:
+        raise ValueError(f"column {col.key}: type {t} is not one MySQL 8.0 writes in TABLE_MAP")
+    if t in _REAL_STRING:  # CHAR/BINARY, and ENUM and SET, which the server logs as STRING with their real type
+        if t == T.STRING:
+            return T.STRING, bytes((0xFE ^ ((meta & 0x300) >> 4), meta & 0xFF))
         return T.STRING, bytes((_REAL_STRING[t], meta))
-    if t in (T.VARCHAR, T.BIT):
+    layout = spec.meta
+    if layout is Meta.LE16:
         return t, _U16.pack(meta)
-    if t == T.NEWDECIMAL:
+    if layout is Meta.BE16:
         return t, bytes((meta >> 8, meta & 0xFF))
-    if t in _ONE_BYTE_META:
+    if layout is Meta.BYTE:
         return t, bytes((meta,))
-    if t in _NO_META:
-        return t, b""
-    raise ValueError(f"column {col.key}: type {t} is not one MySQL 8.0 writes in TABLE_MAP")
+    return t, b""
 
 
 def _tlv(ftype: int, value: bytes) -> bytes:

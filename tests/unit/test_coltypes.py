@@ -20,6 +20,8 @@ from binlake.binlog.rowcodegen import compile_image_decoder
 from binlake.binlog.tablemap import Column, TableMap
 from binlake.binlog.values import ValueError_
 from binlake.lake.convert import arrow_type
+from binlake.schema.binlog_types import binlog_shape, table_map_for
+from binlake.schema.ddl import parse_create_table
 from tests.conftest import PROJECT_ROOT
 
 DECODED = {code: spec for code, spec in TYPES.items() if spec.decodable}
@@ -112,7 +114,7 @@ def test_impossible_metadata_is_rejected_by_the_entry() -> None:
 
 # Modules that once spelled out per-type chains; each now reads binlake/binlog/coltypes.py.
 CONSUMERS = ["binlake/binlog/rows.py", "binlake/binlog/values.py", "binlake/binlog/columnar.py",
-             "binlake/binlog/rowcodegen.py", "binlake/lake/convert.py"]
+             "binlake/binlog/rowcodegen.py", "binlake/binlog/output.py", "binlake/lake/convert.py"]
 
 
 # A column's type code compared: `col.type == ...`, `c.type in ...`, `t == T.X`, or a `T.X` constant.
@@ -154,3 +156,20 @@ def test_the_registry_is_read_when_a_table_map_is_compiled_not_per_row() -> None
     source = fn.get(0).source
     assert "TYPES" not in source and "coltypes" not in source and "spec" not in source
     assert all(coltypes.TYPES[c.type] is codec.spec for c, codec in zip(table.columns, codecs, strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(coltypes.DDL_TYPES))
+def test_ddl_spelling_parses_and_maps_back_to_the_entry(name: str) -> None:
+    """Each DDL type an entry names is one the DDL parser reads, and MySQL's binlog shape of such a column is the
+    entry's code, its decoded values the entry's Arrow type."""
+    args = {"varchar": "(20)", "varbinary": "(20)", "enum": "('a','b')", "set": "('a','b')", "decimal": "(12,3)",
+            "numeric": "(12,3)", "bit": "(9)", "vector": "(3)", "datetime": "(3)", "time": "(2)", "char": "(5)"}
+    table = parse_create_table(f"CREATE TABLE t (c {name.upper()}{args.get(name, '')}) DEFAULT CHARSET=utf8mb4",
+                               "db")
+    cdef = table.columns[0]
+    shape = binlog_shape(cdef, mariadb=False)
+    assert shape.type == coltypes.DDL_TYPES[name], (name, cdef.data_type)
+    tm = table_map_for(table, mariadb=False)
+    assert tm.columns[0].type == shape.type
+    assert isinstance(arrow_type(tm.columns[0]), pa.DataType)
+    column_decoder(tm.columns[0])
