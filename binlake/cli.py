@@ -169,17 +169,18 @@ def cmd_decode(args: argparse.Namespace) -> int:
         print(f"binlake: wrote {n} records to {args.output}", file=sys.stderr)
     if decoder.table_errors:
         from .binlog.api import table_error_lines
-        from .exitcodes import ExitCode
+        from .terminal import print_error
 
         for line in table_error_lines(decoder.table_errors):
-            print(f"binlake: error: UnreadableTableMap: {line}", file=sys.stderr)
+            print_error("binlake: error:", f"UnreadableTableMap: {line}")
         return ExitCode.BAD_DATA
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from .binlog.api import compute_stats, order_files
-    from .binlog.stats import render_text
+    from .binlog.stats import render_rich, render_text
+    from .terminal import print_error, print_report
 
     files = order_files(args.files, args.sort)
     bar, where = _file_progress(args, files, "stats")
@@ -198,12 +199,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(render_text(report))
+        print_report(render_text(report), lambda: render_rich(report))
     if report["table_errors"]:
-        from .exitcodes import ExitCode
-
         for line in report["table_errors"]:
-            print(f"binlake: error: UnreadableTableMap: {line}", file=sys.stderr)
+            print_error("binlake: error:", f"UnreadableTableMap: {line}")
         return ExitCode.BAD_DATA
     return 0
 
@@ -289,12 +288,13 @@ def _batch_or_table(text: str) -> int | str:
 def _held_back(exc, bar=None) -> int:
     """Tables held back (binlake.lake.holds.TablesHeldBack): what went in on stdout, one line per held-back table
     on stderr, exit code "quarantined"."""
-    if exc.summary is not None:
-        print(exc.summary.text())
-    print(f"binlake: error: {len(exc.held)} table(s) held back, every other table was ingested; fix the cause, "
-          "then `binlake quarantine release DB.TABLE --lake LAKE --source SOURCE [--schemas STORE]`:", file=sys.stderr)
     from .lake.holds import held_line
+    from .terminal import print_error, print_report
 
+    if exc.summary is not None:
+        print_report(exc.summary.text(), exc.summary.rich)
+    print_error("binlake: error:", f"{len(exc.held)} table(s) held back, every other table was ingested; fix the "
+                "cause, then `binlake quarantine release DB.TABLE --lake LAKE --source SOURCE [--schemas STORE]`:")
     for name, hold in sorted(exc.held.items()):
         print(f"  {held_line(name, hold)}", file=sys.stderr)
     return int(ExitCode.QUARANTINED)
@@ -303,6 +303,7 @@ def _held_back(exc, bar=None) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .lake.holds import TablesHeldBack
     from .quality.stages import run_ingest
+    from .terminal import print_report
 
     opts = _ingest_options(args)
     executor = spark = None
@@ -331,7 +332,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             bar.close()
         if spark is not None:
             spark.stop()
-    print(summary.text())
+    print_report(summary.text(), summary.rich)
     return 0
 
 
@@ -422,6 +423,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     from .lake.pending import BatchStore
     from .quality.quarantine import discard_batch, quarantined, quarantined_files, release_batch
     from .quality.stages import run_ingest
+    from .terminal import print_report
 
     if args.action == "list":
         for pb in quarantined(args.lake, args.pipeline):
@@ -456,7 +458,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         print(f"batch {args.batch} released; the next ingest runs it")
         return 0
     summary = run_ingest(opts, progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
-    print(summary.text())
+    print_report(summary.text(), summary.rich)
     return 0
 
 
@@ -464,6 +466,7 @@ def _release_table(args: argparse.Namespace) -> int:
     """`binlake quarantine release DB.TABLE`: catch a held-back table up from the source's files."""
     from .lake.holds import TablesHeldBack
     from .quality.stages import release_table
+    from .terminal import print_report
 
     if args.action != "release":
         raise ValueError(f"quarantine {args.action} takes a batch number; a held-back table is only released")
@@ -480,7 +483,7 @@ def _release_table(args: argparse.Namespace) -> int:
         summary = release_table(opts, args.batch, progress=lambda msg: print(f"[release] {msg}", file=sys.stderr))
     except TablesHeldBack as exc:
         return _held_back(exc)
-    print(summary.text())
+    print_report(summary.text(), summary.rich)
     return 0
 
 
@@ -857,7 +860,8 @@ def guarded(work, debug: bool = False) -> int:
             if code == ExitCode.INTERNAL:
                 print_error("binlake: internal error:", f"{type(exc).__name__}: {_one_line(exc)} (re-run with --debug "
                             "or BINLAKE_DEBUG=1 for the traceback)")
-            elif isinstance(exc, BinlogError) or type(exc).__module__.startswith("binlake.quality"):
+            elif isinstance(exc, BinlogError) or type(exc).__module__.startswith("binlake.quality") \
+                    or type(exc).__name__ == "BatchQuarantined":  # a gate's refusal (in binlake.lake.pending)
                 print_error("binlake: error:", f"{type(exc).__name__}: {_one_line(exc)}")
             else:
                 print_error("binlake: error:", _one_line(exc))

@@ -1,15 +1,18 @@
-"""Messages on the terminal through `rich`: a Console on stderr that writes text as given, and the one-line error.
+"""Messages on the terminal through `rich`: a Console on stderr that writes text as given, the one-line error, and
+reports (`binlake ingest`, `binlake stats`) as rich tables on a terminal.
 
 Off a terminal (logs, CI, pipes) lines are written exactly as given, with no control codes; rich is only asked to
-style them on a terminal (it would expand tabs and drop control characters, which logs must keep).
+style them on a terminal (it would expand tabs and drop control characters, which logs must keep). A report sent
+to a pipe or a file stays the plain text scripts parse.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.text import Text
 
 
@@ -21,6 +24,21 @@ def stderr_console(stream: TextIO | None = None, tty: bool | None = None) -> Con
         tty = bool(getattr(target, "isatty", lambda: False)())
     return Console(file=stream, stderr=stream is None, force_terminal=tty, markup=False, highlight=False,
                    emoji=False, soft_wrap=True)
+
+
+def stdout_console(stream: TextIO | None = None, tty: bool | None = None) -> Console:
+    """Like stderr_console, on stdout (the stream as it is now: tests and callers may have replaced it)."""
+    return stderr_console(stream if stream is not None else sys.stdout, tty)
+
+
+def print_report(text: str, view: Callable[[], RenderableType], stream: TextIO | None = None,
+                 tty: bool | None = None) -> None:
+    """A report on stdout: on a terminal `view()` (rich tables), otherwise `text` exactly as given."""
+    console = stdout_console(stream, tty)
+    if console.is_terminal:
+        console.print(view())
+    else:
+        write_line(console, text)
 
 
 def write_line(console: Console, line: str) -> None:

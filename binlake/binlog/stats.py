@@ -213,10 +213,7 @@ def _shown(text: Any) -> str:
 
 def render_text(report: dict[str, Any]) -> str:
     """The human text of a stats report; names are escaped here only (the JSON report keeps them as they are)."""
-    lines = []
-    lines.append(f"files: {len(report['files'])}  events: {report['events']}  rows: {report['rows']}  "
-                 f"transactions: {report['transactions']}  statement events: {report['statement_events']}  "
-                 f"DDL: {report['ddl_events']}")
+    lines = [_headline(report)]
     for f in report["files"]:
         lines.append(f"  {_shown(f['file'])}: {_shown(f['server_version'])}, {f['events']} events, {f['rows']} rows, "
                      f"ended {f['end']} at {f['end_pos']}")
@@ -239,8 +236,55 @@ def render_text(report: dict[str, Any]) -> str:
         bar = "#" * (round(40 * e["events"] / peak) if peak else 0)
         lines.append(f"  {e['start']} +{e['seconds']}s {e['events']:>9} {bar}")
     lines.append("")
-    lines.append(f"event types: {', '.join(f'{k}={v}' for k, v in report['event_types'].items())}")
+    lines += _closing(report)
+    return "\n".join(lines)
+
+
+def _headline(report: dict[str, Any]) -> str:
+    return (f"files: {len(report['files'])}  events: {report['events']}  rows: {report['rows']}  "
+            f"transactions: {report['transactions']}  statement events: {report['statement_events']}  "
+            f"DDL: {report['ddl_events']}")
+
+
+def _closing(report: dict[str, Any]) -> list[str]:
+    lines = [f"event types: {', '.join(f'{k}={v}' for k, v in report['event_types'].items())}"]
     if report["rows_per_second"] is not None:
         lines.append(f"decoded {report['bytes']} bytes in {report['decode_seconds']} s: "
                      f"{report['rows_per_second']} rows/s, {report['mb_per_second']} MB/s")
-    return "\n".join(lines)
+    return lines
+
+
+def render_rich(report: dict[str, Any]):
+    """The same report as rich tables (`binlake stats` on a terminal); names escaped as in render_text."""
+    # rich.table is imported here, not at the top: this module is part of `binlake decode`'s start-up.
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    def table(title: str, *columns: str) -> Table:
+        t = Table(title=title, title_justify="left")
+        for i, name in enumerate(columns):
+            t.add_column(name, justify="left" if i == 0 or name in ("start", "GTID", "version") else "right")
+        return t
+
+    files = table(_headline(report), "file", "version", "events", "rows", "ended", "at")
+    for f in report["files"]:
+        files.add_row(Text(_shown(f["file"])), Text(_shown(f["server_version"])), str(f["events"]), str(f["rows"]),
+                      str(f["end"]), str(f["end_pos"]))
+    tables = table("row changes", "table", "insert", "update", "delete")
+    for t, c in report["tables"].items():
+        tables.add_row(Text(_shown(t)), *(str(c.get(op, 0)) for op in ("insert", "update", "delete")))
+    largest = table("largest transactions", "at", "rows", "bytes", "start", "GTID")
+    for t in report["largest_transactions"]:
+        largest.add_row(Text(f"{_shown(t['file'])}:{t['pos']}"), str(t["rows"]), str(t["bytes"]), str(t["start"]),
+                        Text(_shown(t["gtid"] or "")))
+    longest = table("longest transactions (first event to commit)", "at", "seconds", "rows", "start")
+    for t in report["longest_transactions"]:
+        longest.add_row(Text(f"{_shown(t['file'])}:{t['pos']}"), str(t["duration_s"]), str(t["rows"]),
+                        str(t["start"]))
+    over_time = table("events over time", "start", "seconds", "events", "")
+    peak = max((e["events"] for e in report["events_over_time"]), default=0)
+    for e in report["events_over_time"]:
+        over_time.add_row(str(e["start"]), f"+{e['seconds']}", str(e["events"]),
+                          Text("#" * (round(40 * e["events"] / peak) if peak else 0), justify="left"))
+    return Group(files, tables, largest, longest, over_time, *(Text(line) for line in _closing(report)))

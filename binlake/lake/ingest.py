@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from ..binlog.api import sequence_number
 from ..schema.model import TableDef
@@ -27,6 +30,7 @@ from .engines import DELETED, SEQ, DeltaEngine
 from .holds import held_line
 from .layout import LakeLayout
 
+OPS = ("insert", "update", "delete")
 Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
 Executor = Callable[[list[Task], int, object, object], list[RangeResult]]
 
@@ -76,31 +80,59 @@ class RunSummary:
     warnings: list = field(default_factory=list)  # one line each (e.g. generated columns not evaluated)
 
     def text(self) -> str:
+        """The summary as plain lines (what `binlake ingest` prints off a terminal; scripts parse it)."""
         if self.batch is None:
             return "nothing new to ingest"
-        lines = [f"batch {self.batch}: {len(self.files)} file(s), {sum(self.rows.values())} row changes"]
-        tables = sorted({t for t, _ in self.rows})
-        for t in tables:
-            ops = {op: self.rows[(t, op)] for op in ("insert", "update", "delete")}
-            lines.append(f"  {t}: insert {ops['insert']}, update {ops['update']}, delete {ops['delete']}")
-        if self.history_only:
-            lines.append(f"  history only (no primary or UNIQUE NOT NULL key): {', '.join(self.history_only)}")
-        for name, hold in sorted(self.held.items()):
-            lines.append("  " + held_line(name, hold))
-        for warning in self.warnings:
-            lines.append(f"  warning: {warning}")
-        if self.statements:
-            lines.append(f"  statement-based DML events seen (not replayable as rows): {self.statements}")
-        if self.conversions:
-            lines.append(f"  values not representable as-is: {json.dumps(self.conversions)}")
-        if self.gates:
-            ran = [f"{stage} merge passed" for stage in ("before", "after") if self.gates.get(stage, {}).get("passed")]
-            lines.append("  quality gates: " + (", ".join(ran) or "not run")
-                         + (" (released from quarantine)" if self.gates.get("released") else ""))
-        if self.lag_seconds is not None:
-            lines.append(f"  lag: newest commit is {self.lag_seconds:.0f} s old")
+        lines = [self._headline()]
+        for t, ops in self._table_rows():
+            lines.append(f"  {t}: insert {ops[0]}, update {ops[1]}, delete {ops[2]}")
+        lines += ["  " + note for note in self._notes()]
         lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items()))
         return "\n".join(lines)
+
+    def rich(self) -> RenderableType:
+        """The same summary as rich tables (`binlake ingest` on a terminal)."""
+        if self.batch is None:
+            return Text("nothing new to ingest")
+        changes = Table(title=self._headline(), title_justify="left")
+        changes.add_column("table")
+        for op in OPS:
+            changes.add_column(op, justify="right")
+        for t, ops in self._table_rows():
+            changes.add_row(Text(t), *(str(n) for n in ops))
+        times = Table(title="time", title_justify="left")
+        times.add_column("step")
+        times.add_column("seconds", justify="right")
+        for k, v in self.seconds.items():
+            times.add_row(Text(k), f"{v:.2f}")
+        return Group(changes, *(Text(note) for note in self._notes()), times)
+
+    def _headline(self) -> str:
+        return f"batch {self.batch}: {len(self.files)} file(s), {sum(self.rows.values())} row changes"
+
+    def _table_rows(self) -> list[tuple[str, list[int]]]:
+        return [(t, [self.rows[(t, op)] for op in OPS]) for t in sorted({t for t, _ in self.rows})]
+
+    def _notes(self) -> list[str]:
+        """The lines after the row counts: history-only and held-back tables, warnings, conversions, gates, lag."""
+        notes = []
+        if self.history_only:
+            notes.append(f"history only (no primary or UNIQUE NOT NULL key): {', '.join(self.history_only)}")
+        for name, hold in sorted(self.held.items()):
+            notes.append(held_line(name, hold))
+        for warning in self.warnings:
+            notes.append(f"warning: {warning}")
+        if self.statements:
+            notes.append(f"statement-based DML events seen (not replayable as rows): {self.statements}")
+        if self.conversions:
+            notes.append(f"values not representable as-is: {json.dumps(self.conversions)}")
+        if self.gates:
+            ran = [f"{stage} merge passed" for stage in ("before", "after") if self.gates.get(stage, {}).get("passed")]
+            notes.append("quality gates: " + (", ".join(ran) or "not run")
+                         + (" (released from quarantine)" if self.gates.get("released") else ""))
+        if self.lag_seconds is not None:
+            notes.append(f"lag: newest commit is {self.lag_seconds:.0f} s old")
+        return notes
 
 
 def _ordered(files: Sequence[str]) -> list[str]:
