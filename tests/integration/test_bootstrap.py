@@ -118,20 +118,20 @@ def test_watermark_changes_inside_the_window_win_over_chunk_rows(mariadb_servers
 
     server = mariadb_servers.get("FULL")
     _setup(server)
-    original = bootstrap._select_chunk
+    original = bootstrap._stream_select
     touched = []
 
-    def select_then_write(cur, chunk, tdef):
-        rows = original(cur, chunk, tdef)
-        ids = sorted(r[0] for r in rows)
+    def select_then_write(uri, database, sql, snapshot, batch_rows):
+        batches = list(original(uri, database, sql, snapshot, batch_rows))  # the chunk's SELECT, read through
+        ids = sorted(i for b in batches for i in b.column("c0").to_pylist())
         with server.connect(DB) as conn, conn.cursor() as other:
             other.execute("UPDATE acct SET note = 'after-select' WHERE id = %s", (ids[0],))
             other.execute("DELETE FROM acct WHERE id = %s", (ids[1],))
             other.execute("UPDATE acct SET id = id + 100000, note = 'moved' WHERE id = %s", (ids[2],))
         touched.extend(ids[:3])
-        return rows
+        return iter(batches)
 
-    monkeypatch.setattr(bootstrap, "_select_chunk", select_then_write)
+    monkeypatch.setattr(bootstrap, "_stream_select", select_then_write)
     first_file = server.binlog_files()[-1].name
     summary = run_bootstrap(server.uri, [(DB, "acct")], str(tmp_path / "lake"), chunk_rows=1000,
                             method="watermark")

@@ -1,0 +1,137 @@
+"""A bootstrap chunk's rows from the server straight into Arrow, in the lake's types, with no Python object per
+value: connectorx (Rust, the MySQL binary protocol) streams record batches, and Arrow compute kernels convert
+them to the same columns the binlog path writes (binlake/lake/convert.py).
+
+The SELECT list hands every value over in a form that converts exactly: temporal values as the server's text
+in a UTC session (zero and partial dates found and counted as on the binlog path), DECIMAL as text (cast to
+decimal128 by Arrow, or kept as text above 38 digits), BIT as an unsigned integer, INET4/INET6/UUID as text;
+integers, floating point (binary protocol: the stored bits), text (converted to utf8mb4 by the server, from
+any character set) and bytes come as they are. Columns without such a form (GEOMETRY, VECTOR) make the table
+use the row-by-row reader (`supported`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from urllib.parse import quote, urlparse
+
+import numpy as np
+import pyarrow as pa
+
+from ..binlog.constants import ColumnType as T
+from ..binlog.tablemap import TableMap
+from ..schema.model import TableDef
+from .convert import TEMPORAL as TEMPORAL_CODES
+from .convert import UINT64_DECIMAL, ConversionStats, _temporal, arrow_type
+from .history import CommittedBatch, _meta_columns
+
+try:  # optional at import time: without it every table takes the row-by-row reader
+    import connectorx
+except ImportError:  # pragma: no cover - pinned in pyproject.toml
+    connectorx = None
+
+TEXT_CAST = ("date", "datetime", "timestamp", "time", "decimal", "numeric", "inet4", "inet6", "uuid")
+UNSUPPORTED = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+               "geometrycollection", "geomcollection", "vector")
+FILE_COL, POS_COL = "__binlake_file", "__binlake_pos"
+# What the snapshot method runs on the reading connection before its SELECT: the snapshot, then its binlog
+# position into session variables, which the SELECT returns beside the rows (one connection, one snapshot).
+SNAPSHOT_POSITION = [
+    "SET @binlake_file = (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+    "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE')",
+    "SET @binlake_pos = (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+    "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION')",
+]
+SESSION = ["SET SESSION time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+           "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
+
+
+def supported(tdef: TableDef) -> bool:
+    """Whether the table's rows can take the Arrow reader (connectorx installed, every column convertible)."""
+    return connectorx is not None and not any(c.data_type in UNSUPPORTED for c in tdef.columns)
+
+
+def quote_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def select_expressions(tdef: TableDef) -> list[str]:
+    out = []
+    for i, c in enumerate(tdef.columns):
+        name = quote_name(c.name)
+        if c.data_type in TEXT_CAST:
+            expr = f"CAST({name} AS CHAR)"
+        elif c.data_type == "bit":
+            expr = f"CAST({name} AS UNSIGNED)"
+        else:
+            expr = name
+        out.append(f"{expr} AS c{i}")
+    return out
+
+
+def chunk_sql(tdef: TableDef, database: str, table: str, lower, upper, with_position: bool) -> str:
+    """The chunk's SELECT (key bounds are the planner's integers, written in as numbers)."""
+    cols = select_expressions(tdef)
+    if with_position:
+        cols = [f"CAST(@binlake_file AS CHAR) AS {FILE_COL}", f"CAST(@binlake_pos AS UNSIGNED) AS {POS_COL}", *cols]
+    sql = f"SELECT {', '.join(cols)} FROM {quote_name(database)}.{quote_name(table)}"
+    key = tdef.primary_key[0] if tdef.primary_key else None
+    where = []
+    if key is not None and lower is not None:
+        where.append(f"{quote_name(key)} >= {int(lower)}")
+    if key is not None and upper is not None:
+        where.append(f"{quote_name(key)} < {int(upper)}")
+    return sql + (" WHERE " + " AND ".join(where) if where else "")
+
+
+def connectorx_uri(uri: str, database: str) -> str:
+    """binlake's mysql://user:password@host:port/ (percent-encoded as given) for connectorx, on `database`."""
+    u = urlparse(uri)
+    netloc = u.netloc if "@" in u.netloc else f"root@{u.netloc}"
+    user, _, host = netloc.rpartition("@")
+    if ":" not in user:
+        user += ":"  # connectorx wants the password field, even empty
+    return f"mysql://{user}@{host}/{quote(database, safe='')}"
+
+
+def stream_select(uri: str, database: str, sql: str, snapshot: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The SELECT's record batches, read inside a consistent snapshot in a UTC session on one connection
+    (with the snapshot's binlog position in two leading columns when `snapshot`)."""
+    pre = SESSION + (SNAPSHOT_POSITION if snapshot else [])
+    reader = connectorx.read_sql(connectorx_uri(uri, database), sql, return_type="arrow_stream",
+                                 pre_execution_query=pre, batch_size=batch_rows)
+    for batch in reader:
+        if batch.num_rows:
+            yield batch
+
+
+def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats) -> pa.Array:
+    """One column as read to the lake's type for it (the binlog path's mapping)."""
+    typ = arrow_type(col)
+    if col.type in TEMPORAL_CODES:
+        return _temporal(arr.cast(pa.string()), typ, where, stats)
+    if typ == UINT64_DECIMAL:  # BIGINT UNSIGNED, BIT(64)
+        return arr.cast(pa.uint64()).cast(typ)
+    if col.type == T.NEWDECIMAL and typ != pa.string():
+        return arr.cast(pa.string()).cast(typ)
+    return arr.cast(typ)
+
+
+def lake_columns(batch: pa.RecordBatch, tm: TableMap, stats: ConversionStats, offset: int = 0) -> dict:
+    """The typed value columns of a record batch whose columns `offset`.. are the table's, in order."""
+    return {col.key: lake_array(batch.column(offset + col.index), col, f"{tm.qualified_name}.{col.key}", stats)
+            for col in tm.columns}
+
+
+def snapshot_history(values: dict, tm: TableMap, file: str, pos: int, read_at: int, file_seq: int, batch_id: int,
+                     first_row: int = 0) -> pa.Table:
+    """History rows (`snapshot` changes ordered at file:pos) for typed value columns: the layout history_table
+    gives the binlog path's rows, built with Arrow only."""
+    n = len(next(iter(values.values()))) if values else 0
+    event = SimpleNamespace(op="snapshot", file=file, pos=pos, sub=0, txn_pos=pos, gtid=None)
+    meta = _meta_columns([event], [CommittedBatch(event, read_at, file_seq)], np.array([n], np.int64), n,
+                         tm.schema_version, batch_id)
+    meta["_row"] = pa.array(np.arange(first_row, first_row + n, dtype=np.int32))
+    before = pa.struct([pa.field(col.key, arrow_type(col)) for col in tm.columns])
+    return pa.table({**values, "_before": pa.nulls(n, before), **meta})
