@@ -23,15 +23,20 @@ parallel (Spark tasks) at different moments. No FLUSH TABLES WITH READ LOCK. Two
 from __future__ import annotations
 
 import io
+import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pymysql
 
 from ..binlog.api import sequence_number
@@ -41,18 +46,19 @@ from ..schema.binlog_types import table_map_for
 from ..schema.ddl import parse_create_table
 from ..schema.model import TableDef
 from ..schema.snapshot import binlog_position, connect_uri
-from . import chunkread
+from . import chunkread, datafiles
 from .control import ControlTable, FileState
-from .convert import ConversionStats
+from .convert import ConversionStats, arrow_type
 from .current import SEQ_FILE_SHIFT, current_schema, key_names, merge_input
 from .engines import SEQ, DeltaEngine, get_engine
 from .history import PARTITION_BY, CommittedBatch, history_table
-from .layout import LakeLayout
+from .layout import LakeLayout, path_part
 from .pending import BatchStore
 
 TEMPORAL = ("date", "datetime", "timestamp", "time")
 METHODS = ("auto", "snapshot", "watermark")
-DEFAULT_PART_ROWS = 100_000  # rows per record batch read and per commit
+DEFAULT_PART_ROWS = 100_000  # rows per record batch read and per file written
+REPEATED = ["_op", "_binlog_file", "_schema_version", "_gtid"]  # history columns dictionary-encoded in Parquet
 
 
 class BootstrapError(RuntimeError):
@@ -178,25 +184,33 @@ class ChunkReader:
         snapshot = chunk.method == "snapshot"
         sql = chunkread.chunk_sql(self.tdef, chunk.database, chunk.table, chunk.lower, chunk.upper, snapshot)
         res.read_at = int(time.time())
-        try:
-            stream = _stream_select(self.uri, chunk.database, sql, snapshot, self.part_rows)
-            for batch in stream:
-                if snapshot and not res.binlog_file:
-                    res.binlog_file = batch.column(0)[0].as_py() or ""
-                    res.binlog_pos = int(batch.column(1)[0].as_py() or 0)
-                    if not res.binlog_file:
-                        raise BootstrapError(f"{self.where}: the server reports no binlog_snapshot_file (is the "
-                                             "binary log enabled?)")
-                values = chunkread.lake_columns(batch, tm, self.stats, 2 if snapshot else 0)
-                yield chunkread.snapshot_history(values, tm, res.binlog_file, res.binlog_pos, res.read_at,
-                                                 sequence_number(res.binlog_file), self.batch_id, res.rows)
-                res.rows += batch.num_rows
-        except (BootstrapError, GeneratorExit):
-            raise
-        except BaseException as exc:  # connectorx's errors, including Rust panics (BaseException)
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        for batch in self._batches(sql, snapshot):
+            if snapshot and not res.binlog_file:
+                res.binlog_file = batch.column(0)[0].as_py() or ""
+                res.binlog_pos = int(batch.column(1)[0].as_py() or 0)
+                if not res.binlog_file:
+                    raise BootstrapError(f"{self.where}: the server reports no binlog_snapshot_file (is the "
+                                         "binary log enabled?)")
+            values = chunkread.lake_columns(batch, tm, self.stats, 2 if snapshot else 0)
+            yield chunkread.snapshot_history(values, tm, res.binlog_file, res.binlog_pos, res.read_at,
+                                             sequence_number(res.binlog_file), self.batch_id, res.rows)
+            res.rows += batch.num_rows
+
+    def _batches(self, sql: str, snapshot: bool) -> Iterator[pa.RecordBatch]:
+        """The SELECT's record batches; connectorx's failures (Rust panics are BaseExceptions) as one line."""
+        stream = None
+        while True:
+            try:
+                if stream is None:
+                    stream = iter(_stream_select(self.uri, self.chunk.database, sql, snapshot, self.part_rows))
+                batch = next(stream)
+            except StopIteration:
+                return
+            except (KeyboardInterrupt, SystemExit, GeneratorExit):
                 raise
-            raise ChunkReadError(f"{self.where}: reading the chunk failed: {exc}") from exc
+            except BaseException as exc:
+                raise ChunkReadError(f"{self.where}: reading the chunk failed: {exc}") from exc
+            yield batch
 
     def _row_parts(self) -> Iterator[pa.Table]:
         """PyMySQL, row by row (every type the binlog path knows), streamed from an unbuffered cursor."""
@@ -364,42 +378,92 @@ def local_chunks(uri: str, chunks: list[Chunk], batch_id: int, progress: Progres
     return out
 
 
+@dataclass
+class TablePlan:
+    """Where one table's bootstrap rows go. Rows are written as Parquet files by whoever read them (a reader
+    thread, a Spark executor) and committed by one process from the files' manifests: straight into the history
+    table, and into a current table that did not exist when the bootstrap started (its chunks are disjoint key
+    ranges read once, so there is nothing to merge). Otherwise (an existing current table; a lake the Parquet
+    writer cannot reach; another engine) the rows are staged as files and the committing process appends or
+    merges them through the engine, as the binlog path does."""
+
+    database: str
+    table: str
+    ddl: str
+    mariadb: bool
+    history_path: str
+    current_path: str
+    stage: str  # folder for staged files
+    history_direct: bool
+    current_direct: bool
+
+    def table_map(self):
+        return table_map_for(parse_create_table(self.ddl, self.database), mariadb=self.mariadb)
+
+
+@dataclass
+class Staged:
+    """Manifests of one part's files (no rows): history files and current-table files."""
+
+    index: int  # the chunk's position in the plan
+    rows: int
+    history: list[dict]
+    current: list[dict]
+
+
+def stage_part(plan: TablePlan, part: pa.Table, index: int, tm=None) -> Staged:
+    """Write one part's history rows (and current-table rows, for tables with a key) as Parquet files."""
+    tm = tm or plan.table_map()
+    if plan.history_direct:
+        history = datafiles.write_files(plan.history_path, part, PARTITION_BY, REPEATED)
+    else:
+        history = datafiles.write_files(f"{plan.stage}/history", part, dictionary=REPEATED)
+    current: list[dict] = []
+    if key_names(tm):
+        if plan.current_direct:
+            current = datafiles.write_files(plan.current_path, _current_rows(part, tm))
+        else:
+            current = datafiles.write_files(f"{plan.stage}/current", merge_input(part, tm))
+    return Staged(index, part.num_rows, history, current)
+
+
+def _read_staged(folder: str, files: list[dict]) -> pa.Table:
+    return pa.concat_tables([pq.read_table(f"{folder}/{f['path']}") for f in files])
+
+
 class _Committer:
-    """Commits the chunks' history rows (and current-table rows) in parts, one table at a time, counting what
-    is committed. Parts of one table are gathered up to `part_rows` rows per commit, so the number of commits
-    and the memory held depend on neither chunk size nor table size.
+    """Commits the parts' files, one table at a time, counting what is committed. Files of one table are
+    gathered up to `commit_rows` rows per commit (staged ones up to `part_rows`, as they are read back), so
+    commits and memory depend on neither chunk size nor table size.
 
     Versions: every commit of the bootstrap takes the next number from batch * 1000 on, under the table's app
     ids; the control row is recorded under `last_batch`, the batch number that covers them all, so the ingest
-    after it (next batch) always commits above them. A current table that did not exist when the bootstrap
-    started is appended to (its chunks are disjoint key ranges read once: nothing to merge); an existing one is
-    merged, as the binlog path does."""
+    after it (next batch) always commits above them."""
 
-    def __init__(self, engine: DeltaEngine, layout: LakeLayout, batch: int, part_rows: int, chunks: list[Chunk],
-                 progress: Progress | None) -> None:
-        self.engine, self.layout, self.batch, self.part_rows = engine, layout, batch, part_rows
-        self.chunks, self.progress = chunks, progress
+    def __init__(self, engine: DeltaEngine, layout: LakeLayout, batch: int, plans: dict, chunks: list[Chunk],
+                 part_rows: int, progress: Progress | None) -> None:
+        self.engine, self.layout, self.batch, self.plans = engine, layout, batch, plans
+        self.chunks, self.part_rows, self.progress = chunks, part_rows, progress
         self.step = 0
-        self.pending: dict[tuple[str, str], list[tuple[int, pa.Table]]] = {}
+        self.pending: dict[tuple[str, str], list[Staged]] = {}
         self.uncommitted = [0] * len(chunks)  # parts of each chunk read but not committed yet
         self.read_done = [False] * len(chunks)
         self.committed_chunks = self.committed_rows = 0
-        self.fresh: dict[tuple[str, str], bool] = {}
-        self.maps: dict[tuple[str, str, str], object] = {}
+        self.maps: dict[tuple[str, str], object] = {}
 
     @property
     def last_batch(self) -> int:
         return self.batch + max(0, self.step - 1) // 1000
 
-    def add(self, index: int, part: pa.Table) -> None:
-        chunk = self.chunks[index]
+    def add(self, staged: Staged) -> None:
+        chunk = self.chunks[staged.index]
         key = (chunk.database, chunk.table)
-        if key not in self.fresh:
-            self.fresh[key] = not self.engine.exists(self.layout.current_path(*key))
-        parts = self.pending.setdefault(key, [])
-        parts.append((index, part))
-        self.uncommitted[index] += 1
-        if sum(p.num_rows for _, p in parts) >= self.part_rows:
+        pending = self.pending.setdefault(key, [])
+        pending.append(staged)
+        self.uncommitted[staged.index] += 1
+        plan = self.plans[key]
+        limit = self.part_rows * (4 if plan.history_direct and plan.current_direct else 1)
+        if sum(p.rows for p in pending) >= limit:
             self.flush(key)
 
     def chunk_read(self, index: int) -> None:
@@ -408,30 +472,42 @@ class _Committer:
 
     def flush(self, key: tuple[str, str] | None = None) -> None:
         for k in [key] if key is not None else list(self.pending):
-            parts = self.pending.pop(k, [])
-            if parts:
-                self._commit(k, parts)
+            items = self.pending.pop(k, [])
+            if items:
+                self._commit(k, items)
 
-    def _commit(self, key: tuple[str, str], parts: list[tuple[int, pa.Table]]) -> None:
+    def _commit(self, key: tuple[str, str], items: list[Staged]) -> None:
         db, t = key
-        chunk = self.chunks[parts[0][0]]
-        data = pa.concat_tables([p for _, p in parts]) if len(parts) > 1 else parts[0][1]
-        tm = self._table_map(chunk)
+        plan = self.plans[key]
+        if key not in self.maps:
+            self.maps[key] = plan.table_map()
+        tm = self.maps[key]
         version = self.batch * 1000 + self.step
         self.step += 1
-        self.engine.append(self.layout.history_path(db, t), data, self.layout.app_id("history", db, t), version,
-                           partition_by=PARTITION_BY)
-        keys = key_names(tm)
-        if keys:
-            path, app = self.layout.current_path(db, t), self.layout.app_id("current", db, t)
-            if self.fresh[key]:
-                self.engine.append(path, _current_rows(data, tm), app, version)
+        history = [f for s in items for f in s.history]
+        current = [f for s in items for f in s.current]
+        app = self.layout.app_id("history", db, t)
+        if plan.history_direct:
+            self.engine.append_files(plan.history_path, history, _history_schema(tm), app, version, PARTITION_BY)
+        else:
+            self.engine.append(plan.history_path, _read_staged(f"{plan.stage}/history", history), app, version,
+                               partition_by=PARTITION_BY)
+        if key_names(tm):
+            app = self.layout.app_id("current", db, t)
+            if plan.current_direct:
+                self.engine.append_files(plan.current_path, current, _current_file_schema(tm), app, version)
             else:
-                self.engine.merge(path, merge_input(data, tm), keys, app, version)
-        self.committed_rows += data.num_rows
-        for index, _ in parts:
-            self.uncommitted[index] -= 1
-        self._settle(sorted({i for i, _ in parts}))
+                self.engine.merge(plan.current_path, _read_staged(f"{plan.stage}/current", current), key_names(tm),
+                                  app, version)
+        for folder, files, direct in ((f"{plan.stage}/history", history, plan.history_direct),
+                                      (f"{plan.stage}/current", current, plan.current_direct)):
+            if not direct:
+                for f in files:
+                    Path(folder, f["path"]).unlink(missing_ok=True)
+        self.committed_rows += sum(s.rows for s in items)
+        for s in items:
+            self.uncommitted[s.index] -= 1
+        self._settle(sorted({s.index for s in items}))
 
     def _settle(self, indexes: list[int]) -> None:
         for i in indexes:
@@ -442,31 +518,58 @@ class _Committer:
                     self.progress(self.committed_chunks, len(self.chunks),
                                   f"chunks committed, {self.committed_rows:,} rows")
 
-    def _table_map(self, chunk: Chunk):
-        key = (chunk.database, chunk.table, chunk.ddl)
-        if key not in self.maps:
-            self.maps[key] = table_map_for(parse_create_table(chunk.ddl, chunk.database), mariadb=chunk.mariadb)
-        return self.maps[key]
+
+def _history_schema(tm) -> pa.Schema:
+    """The history table's schema for a table map (what snapshot_history builds), partition column included."""
+    values = {col.key: pa.array([], arrow_type(col)) for col in tm.columns}
+    return chunkread.snapshot_history(values, tm, "", 0, 0, 0, 0).schema
+
+
+def _current_file_schema(tm) -> pa.Schema:
+    return pa.schema([*current_schema(tm), pa.field(SEQ, pa.int64())])
 
 
 def _current_rows(history: pa.Table, tm) -> pa.Table:
     """Current-table rows for snapshot history rows of distinct keys: the merge input without `_deleted`."""
-    schema = current_schema(tm)
+    schema = _current_file_schema(tm)
     seq = pc.add(pc.shift_left(history.column("_file_seq"), SEQ_FILE_SHIFT), history.column("_pos"))
-    return pa.table([*(history.column(f.name).cast(f.type) for f in schema), seq],
-                    schema=pa.schema([*schema, pa.field(SEQ, pa.int64())]))
+    return pa.table([*(history.column(f.name).cast(f.type) for f in schema if f.name != SEQ), seq], schema=schema)
 
 
-def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_rows: int,
+def plan_tables(engine: DeltaEngine, layout: LakeLayout, lake: str, chunks: list[Chunk], batch: int) -> dict:
+    """Each table's TablePlan (see there), decided once before any chunk is read."""
+    plans = {}
+    files_ok = hasattr(engine, "append_files") and datafiles.local_lake(lake)
+    stage_root = (os.path.join(os.path.abspath(lake.removeprefix("file://")), "_binlake", "staging", "bootstrap",
+                               layout.pipeline, str(batch)) if datafiles.local_lake(lake)
+                  else tempfile.mkdtemp(prefix="binlake-bootstrap-"))
+    for chunk in chunks:
+        key = (chunk.database, chunk.table)
+        if key in plans:
+            continue
+        history, current = layout.history_path(*key), layout.current_path(*key)
+        plan = TablePlan(chunk.database, chunk.table, chunk.ddl, chunk.mariadb, history, current,
+                         f"{stage_root}/{path_part(chunk.database)}.{path_part(chunk.table)}", False, False)
+        tm = plan.table_map()
+        if files_ok:
+            plan.history_direct = (not engine.exists(history)
+                                   or engine.table_schema(history) == _history_schema(tm))
+            plan.current_direct = not engine.exists(current)
+        plans[key] = plan
+    return plans
+
+
+def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_rows: int, plans: dict,
                   committer: _Committer, stats: ConversionStats) -> list[ChunkResult]:
-    """`readers` threads read chunks (server reads and Arrow conversion, outside the GIL mostly) while this
-    thread commits their parts; a bounded queue between them keeps memory flat."""
+    """`readers` threads read chunks and write their parts' files (server reads, Arrow conversion and Parquet
+    encoding: mostly outside the GIL) while this thread commits; a bounded queue between them keeps memory flat."""
     results: list[ChunkResult] = []
     handoff: queue.Queue = queue.Queue(maxsize=max(2, readers))
     stop = threading.Event()
     todo = iter(enumerate(chunks))
     lock = threading.Lock()
     done = object()
+    maps = {key: plan.table_map() for key, plan in plans.items()}
 
     def put(item) -> bool:
         while not stop.is_set():
@@ -485,17 +588,18 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
                 if nxt is None:
                     break
                 i, chunk = nxt
+                key = (chunk.database, chunk.table)
                 reader = ChunkReader(uri, chunk, batch, part_rows, stats)
                 parts = reader.parts()
                 for part in parts:
-                    if not put((i, part)):
+                    if not put(stage_part(plans[key], part, i, maps[key])):
                         parts.close()
                         return
                 put((i, reader.result))
         except BaseException as exc:  # handed to the committing thread, which raises it
-            put((-1, exc))
+            put(exc)
         finally:
-            put((-1, done))
+            put(done)
 
     threads = [threading.Thread(target=read, name=f"binlake-bootstrap-reader-{n}", daemon=True)
                for n in range(max(1, min(readers, len(chunks))))]
@@ -504,16 +608,17 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
     running = len(threads)
     try:
         while running:
-            i, item = handoff.get()
+            item = handoff.get()
             if item is done:
                 running -= 1
             elif isinstance(item, BaseException):
                 raise item
-            elif isinstance(item, ChunkResult):
-                results.append(item)
-                committer.chunk_read(i)
+            elif isinstance(item, Staged):
+                committer.add(item)
             else:
-                committer.add(i, item)
+                i, res = item
+                results.append(res)
+                committer.chunk_read(i)
         committer.flush()
     finally:
         stop.set()
@@ -522,16 +627,32 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
     return results
 
 
+# A stager reads every chunk and writes its parts' files elsewhere (Spark executors): (uri, chunks, batch,
+# plans, part_rows) -> [(chunk index, ChunkResult, [Staged, ...])], manifests only.
+Stager = Callable[[str, list[Chunk], int, dict, int], list[tuple[int, ChunkResult, list[Staged]]]]
+
+
+def stage_chunk(uri: str, chunk: Chunk, index: int, batch: int, plan: TablePlan,
+                part_rows: int) -> tuple[int, ChunkResult, list[Staged], dict]:
+    """Read one chunk and write its parts' files; its result, manifests and conversion counts (a Spark task)."""
+    stats = ConversionStats()
+    reader = ChunkReader(uri, chunk, batch, part_rows, stats)
+    tm = plan.table_map()
+    staged = [stage_part(plan, part, index, tm) for part in reader.parts()]
+    return index, reader.result, staged, dict(stats)
+
+
 def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: str = "default",
                   lineage: str = "default", chunk_rows: int = 50_000, engine: DeltaEngine | None = None,
                   executor: ChunkExecutor | None = None, pipeline: str = "default", method: str = "auto",
                   watermark_table: str | None = None, progress: Progress | None = None, readers: int = 2,
-                  part_rows: int = DEFAULT_PART_ROWS) -> dict:
+                  part_rows: int = DEFAULT_PART_ROWS, stager: Stager | None = None) -> dict:
     """Load `tables` into the lake and record where binlog ingest continues. Returns a summary.
 
     `method`: "snapshot" (MariaDB), "watermark" (any server) or "auto" (snapshot where the server supports it).
-    `readers`: chunks read at the same time (threads) while this thread commits; `part_rows`: rows per commit
-    (and per record batch read). `executor` reads the chunks instead (whole, e.g. as Spark tasks)."""
+    `readers`: chunks read at the same time (threads) while this thread commits; `part_rows`: rows per record
+    batch read and per file. `stager` reads the chunks elsewhere and returns manifests (Spark: spark_stager);
+    `executor` reads them whole and returns their rows (kept for callers that ship rows)."""
     engine = engine or get_engine()
     layout = LakeLayout(lake, pipeline)
     control = ControlTable(engine, layout)
@@ -544,20 +665,35 @@ def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: 
     chunks = plan_chunks(uri, tables, chunk_rows, method, watermark_table if method == "watermark" else None,
                          mariadb)
     batch = _first_batch(engine, layout, control, tables)
+    plans = plan_tables(engine, layout, lake, chunks, batch)
     stats = ConversionStats()
-    committer = _Committer(engine, layout, batch, part_rows, chunks, progress)
-    if executor is None:
-        results = _read_in_pool(uri, chunks, batch, readers, part_rows, committer, stats)
-    else:
-        results = executor(uri, chunks, batch)
-        index = {id(c): i for i, c in enumerate(chunks)}
-        ordered = sorted(results, key=lambda r: (r.chunk.database, r.chunk.table, str(r.chunk.lower)))
-        for n, res in enumerate(ordered):
-            i = index.get(id(res.chunk), n)  # results may come back as copies (Spark): any slot will do
-            if res.ipc:
-                committer.add(i, pa.ipc.open_stream(io.BytesIO(res.ipc)).read_all())
-            committer.chunk_read(i)
-        committer.flush()
+    committer = _Committer(engine, layout, batch, plans, chunks, part_rows, progress)
+    try:
+        if stager is not None:
+            results = []
+            for i, res, staged, counts in stager(uri, chunks, batch, plans, part_rows):
+                stats.update(counts)
+                results.append(res)
+                for item in staged:
+                    committer.add(item)
+                committer.chunk_read(i)
+            committer.flush()
+        elif executor is not None:
+            results = executor(uri, chunks, batch)
+            index = {id(c): i for i, c in enumerate(chunks)}
+            ordered = sorted(results, key=lambda r: (r.chunk.database, r.chunk.table, str(r.chunk.lower)))
+            for n, res in enumerate(ordered):
+                i = index.get(id(res.chunk), n)  # results may come back as copies: any slot will do
+                if res.ipc:
+                    part = pa.ipc.open_stream(io.BytesIO(res.ipc)).read_all()
+                    committer.add(stage_part(plans[(res.chunk.database, res.chunk.table)], part, i))
+                committer.chunk_read(i)
+            committer.flush()
+        else:
+            results = _read_in_pool(uri, chunks, batch, readers, part_rows, plans, committer, stats)
+    finally:
+        for plan in plans.values():
+            shutil.rmtree(plan.stage, ignore_errors=True)
     start = min(results, key=lambda r: (sequence_number(r.binlog_file), r.binlog_pos))
     last = committer.last_batch
     state = FileState(instance, lineage, start.binlog_file, sequence_number(start.binlog_file), 0,

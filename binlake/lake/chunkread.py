@@ -13,18 +13,18 @@ use the row-by-row reader (`supported`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 from urllib.parse import quote, urlparse
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..binlog.constants import ColumnType as T
 from ..binlog.tablemap import TableMap
 from ..schema.model import TableDef
 from .convert import TEMPORAL as TEMPORAL_CODES
 from .convert import UINT64_DECIMAL, ConversionStats, _temporal, arrow_type
-from .history import CommittedBatch, _meta_columns
+from .history import US_PER_DAY
 
 try:  # optional at import time: without it every table takes the row-by-row reader
     import connectorx
@@ -110,7 +110,16 @@ def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats) -> pa.Arr
     """One column as read to the lake's type for it (the binlog path's mapping)."""
     typ = arrow_type(col)
     if col.type in TEMPORAL_CODES:
-        return _temporal(arr.cast(pa.string()), typ, where, stats)
+        strings = arr.cast(pa.string())
+        # Zero and partial dates: year 0000 parses, so it is looked for; a zero month or day fails the cast. Either
+        # way the careful path (the binlog path's) finds, nulls and counts them.
+        if not pc.any(pc.starts_with(strings, "0000")).as_py():
+            try:
+                naive = strings.cast(pa.date32() if typ == pa.date32() else pa.timestamp("us"))
+                return naive.cast(typ) if naive.type != typ else naive
+            except pa.ArrowInvalid:
+                pass
+        return _temporal(strings, typ, where, stats)
     if typ == UINT64_DECIMAL:  # BIGINT UNSIGNED, BIT(64)
         return arr.cast(pa.uint64()).cast(typ)
     if col.type == T.NEWDECIMAL and typ != pa.string():
@@ -127,11 +136,34 @@ def lake_columns(batch: pa.RecordBatch, tm: TableMap, stats: ConversionStats, of
 def snapshot_history(values: dict, tm: TableMap, file: str, pos: int, read_at: int, file_seq: int, batch_id: int,
                      first_row: int = 0) -> pa.Table:
     """History rows (`snapshot` changes ordered at file:pos) for typed value columns: the layout history_table
-    gives the binlog path's rows, built with Arrow only."""
+    gives the binlog path's rows, built with Arrow only (constant metadata columns from buffers)."""
     n = len(next(iter(values.values()))) if values else 0
-    event = SimpleNamespace(op="snapshot", file=file, pos=pos, sub=0, txn_pos=pos, gtid=None)
-    meta = _meta_columns([event], [CommittedBatch(event, read_at, file_seq)], np.array([n], np.int64), n,
-                         tm.schema_version, batch_id)
-    meta["_row"] = pa.array(np.arange(first_row, first_row + n, dtype=np.int32))
+    commit_us = read_at * 1_000_000
+    meta = {
+        "_op": _repeat_text("snapshot", n),
+        "_binlog_file": _repeat_text(file, n),
+        "_file_seq": _repeat_int(file_seq, n, pa.int64()),
+        "_pos": _repeat_int(pos, n, pa.int64()),
+        "_sub": _repeat_int(0, n, pa.int64()),
+        "_row": pa.array(np.arange(first_row, first_row + n, dtype=np.int32)),
+        "_txn_pos": _repeat_int(pos, n, pa.int64()),
+        "_commit_ts": _repeat_int(commit_us, n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "_gtid": pa.nulls(n, pa.string()),
+        "_schema_version": _repeat_text(tm.schema_version, n) if tm.schema_version is not None
+        else pa.nulls(n, pa.string()),
+        "_batch_id": _repeat_int(batch_id, n, pa.int64()),
+        "_commit_date": _repeat_int(commit_us // US_PER_DAY, n, pa.int32()).cast(pa.date32()),
+    }
     before = pa.struct([pa.field(col.key, arrow_type(col)) for col in tm.columns])
     return pa.table({**values, "_before": pa.nulls(n, before), **meta})
+
+
+def _repeat_text(value: str, n: int) -> pa.Array:
+    data = value.encode()
+    offsets = np.arange(0, (n + 1) * len(data), len(data) or 1, dtype=np.int32)[:n + 1] if data else \
+        np.zeros(n + 1, np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data * n))
+
+
+def _repeat_int(value: int, n: int, typ: pa.DataType) -> pa.Array:
+    return pa.array(np.full(n, value, dtype=typ.to_pandas_dtype()), typ)

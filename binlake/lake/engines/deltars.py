@@ -153,6 +153,31 @@ class DeltaRsEngine:
 
         return self._retry(attempt)
 
+    def append_files(self, path: str, files: list[dict], schema: pa.Schema, app_id: str, batch: int,
+                     partition_by: list[str] | None = None) -> bool:
+        """Commit Parquet files already written in the table folder (binlake.lake.datafiles manifests) as one
+        append carrying (app_id, batch); skipped (False) when that batch is committed. `schema` is the files'
+        schema with the partition columns; the table must have exactly that schema (else: use append)."""
+        from deltalake.transaction import AddAction
+
+        check_batch(app_id, batch)
+        meta = commit_meta("append", [(app_id, batch)])
+        actions = [AddAction(f["path"], f["size"], f["partition_values"], f["modification_time"], True, f["stats"])
+                   for f in files]
+
+        def attempt() -> bool:
+            self.create_empty(path, schema, partition_by)
+            dt = self._dt(path)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False
+            before = dt.version()
+            dt.create_write_transaction(actions, "append", schema, partition_by=partition_by or None,
+                                        commit_properties=self._props(meta))
+            self._ensure_commit(dt, before, meta)
+            return True
+
+        return self._retry(attempt)
+
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
                   meta: dict[str, Any], check_txn: bool) -> bool:
         dt = self._dt(path)
