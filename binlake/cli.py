@@ -59,6 +59,17 @@ def _smtp_host(text: str) -> str:
     return text
 
 
+def _megabytes(text: str) -> float:
+    """An argparse type: a positive size in MB (fractions allowed: 0.25 is 256 KB)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of MB, not {text!r}")
+    return value
+
+
 def _regex(text: str) -> str:
     try:
         re.compile(text)
@@ -336,6 +347,35 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .sinks.kafka import KafkaSinkOptions, publish
+    from .sources.fetch import ingest_inputs
+
+    if args.databases is not None and not args.databases.replace(",", "").strip():
+        raise UsageError("--databases is empty: name at least one (or leave the option out)")
+    extra = {}
+    for item in args.kafka_config:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--kafka-config {item!r}: give KEY=VALUE (a librdkafka setting)")
+        extra[key.strip()] = value
+    args.lake = None  # publish keeps its position in Kafka, not in a lake's control table
+    files, instance, _lineage = ingest_inputs(args)
+    if not files:
+        raise UsageError(f"--source {args.source}: no binlog files there")
+    opts = KafkaSinkOptions(
+        bootstrap=args.kafka, topic_prefix=args.topic_prefix, files=files, schemas=args.schemas,
+        name=args.name or instance, tables=re.compile(args.tables) if args.tables else None,
+        databases={d.strip() for d in args.databases.split(",") if d.strip()} if args.databases else None,
+        tombstones=not args.no_tombstones, partitions=args.partitions,
+        batch_bytes=max(1, int(args.batch_mb * (1 << 20))),
+        producer_config=extra)
+    quiet = getattr(args, "no_progress", False)
+    summary = publish(opts, progress=None if quiet else lambda msg: print(f"[publish] {msg}", file=sys.stderr))
+    print(summary.text())
+    return 0
+
+
 def _say(bar, message: str) -> None:
     """A progress message on stderr (through the bar, so that a redrawn bar is not broken by it)."""
     if bar is not None:
@@ -570,6 +610,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
     _add_quality_options(p)
     p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("publish", help="publish row changes to Kafka as Debezium-style change events, exactly once "
+                       "(docs/kafka.md)")
+    p.add_argument("--source", required=True, help="local:DIR (a directory or glob of binlog files), "
+                   "rds:INSTANCE or oss://bucket/prefix (as for ingest)")
+    p.add_argument("--kafka", required=True, help="bootstrap servers, host:port[,host:port...]")
+    p.add_argument("--topic-prefix", required=True, help="topics are PREFIX.db.table, PREFIX.schema-changes and "
+                   "PREFIX.binlake-offsets (the committed positions)")
+    p.add_argument("--name", help="publisher name: its offsets record and transactional.id (default: --instance)")
+    p.add_argument("--landing", help="landing directory for fetched files (needed for rds:/oss:)")
+    p.add_argument("--from", dest="window_from", help="UTC window start (rds:/oss:)")
+    p.add_argument("--to", dest="window_to", help="UTC window end, exclusive (rds:/oss:)")
+    p.add_argument("--schemas", help="DDL snapshot store or directory of <db>.sql files")
+    p.add_argument("--instance", default="default", help="source instance name (snapshot store)")
+    p.add_argument("--pipeline", default="default", help=argparse.SUPPRESS)
+    p.add_argument("--tables", type=_regex, help="regular expression on db.table to publish")
+    p.add_argument("--databases", help="comma-separated databases to publish")
+    p.add_argument("--no-tombstones", action="store_true", help="no tombstone (key, null) after each delete")
+    p.add_argument("--partitions", type=_count(1), default=3, help="partitions of the table topics binlake "
+                   "creates (default 3)")
+    p.add_argument("--batch-mb", type=_megabytes, default=16, help="one Kafka transaction per range of about "
+                   "this many binlog MB (default 16; fractions allowed)")
+    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra librdkafka setting for every client (repeatable), e.g. security.protocol=SSL")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("bootstrap", help="load existing rows (consistent snapshots, chunked by key); ingest "
                        "then continues at the matching binlog position")

@@ -20,7 +20,8 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from .settings import AlertConfig, ConfigModel, NonEmpty, QualityConfig
 
-__all__ = ["AlertConfig", "ConfigError", "DeploymentConfig", "InstanceConfig", "QualityConfig", "SparkConfig",
+__all__ = ["AlertConfig", "ConfigError", "DeploymentConfig", "InstanceConfig", "KafkaSinkConfig", "QualityConfig",
+           "SinkConfig", "SparkConfig",
            "config_path", "load_config", "parse_config"]
 
 CONFIG_ENV = "BINLAKE_CONFIG"
@@ -138,6 +139,43 @@ class SparkConfig(ConfigModel):
         return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}
 
 
+_TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class KafkaSinkConfig(ConfigModel):
+    """`[sink.kafka]`: publish every instance's changes to Kafka beside the lake (binlake.sinks.kafka,
+    docs/kafka.md). The ingest DAG runs it after fetch, one transactional publisher per instance."""
+
+    bootstrap_servers: NonEmpty  # host:port[,host:port...]
+    topic_prefix: NonEmpty  # topics are PREFIX.db.table, PREFIX.schema-changes, PREFIX.binlake-offsets
+    tombstones: bool = True  # a tombstone (key, null) after each delete, for compacted topics
+    partitions: int = Field(3, gt=0)  # partitions of the table topics binlake creates
+    replication_factor: int = Field(-1, ge=-1)  # of the topics binlake creates; -1: the broker's default
+    batch_mb: int = Field(16, gt=0)  # one Kafka transaction per range of about this many binlog bytes
+    producer: dict[str, Any] = Field(default_factory=dict)  # extra librdkafka settings (security, client.id...)
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, prefix: str) -> str:
+        if not _TOPIC_PREFIX.match(prefix):
+            raise ValueError(f"must be letters, digits, '.', '_' or '-' (a Kafka topic name part), not {prefix!r}")
+        return prefix
+
+    @field_validator("producer")
+    @classmethod
+    def _producer(cls, conf: dict[str, Any]) -> dict[str, Any]:
+        for k, v in conf.items():
+            if not isinstance(v, (str, int, float, bool)):
+                raise KeyProblem((k,), "must be a string, number or boolean")
+        return conf
+
+
+class SinkConfig(ConfigModel):
+    """`[sink]`: where changes go besides the lake."""
+
+    kafka: KafkaSinkConfig | None = None
+
+
 class DeploymentConfig(ConfigModel):
     path: str = "<config>"  # the file it was read from (not a key of the file)
     lake: NonEmpty
@@ -157,6 +195,7 @@ class DeploymentConfig(ConfigModel):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     alerts: AlertConfig = Field(default_factory=AlertConfig)
+    sink: SinkConfig = Field(default_factory=SinkConfig)
 
     @field_validator("helper_tables")
     @classmethod

@@ -17,7 +17,7 @@ from typing import Any
 from ..config import DeploymentConfig
 from .service import OrchestrationError, fetch, landed_files, source_instance
 
-STAGES = ("fetch", "prepare", "gate_before", "merge", "gate_after", "publish")
+STAGES = ("fetch", "prepare", "gate_before", "merge", "gate_after", "publish", "kafka")
 
 
 def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
@@ -32,6 +32,23 @@ def ingest_options(cfg: DeploymentConfig, instance: str, lineage: str):
                          tables=inst.table_regex, split_bytes=cfg.split_mb << 20, helper_tables=cfg.helper_tables)
     opts.quality = quality_options(cfg)
     return opts
+
+
+def kafka_options(cfg: DeploymentConfig, instance: str, lineage: str):
+    """KafkaSinkOptions from `[sink.kafka]` for one instance's landed files (the publisher is named after the
+    instance and lineage: its offsets record and transactional.id)."""
+    from ..sinks.kafka import KafkaSinkOptions
+
+    sink = cfg.sink.kafka
+    if sink is None:
+        raise OrchestrationError(f"{cfg.path}: no [sink.kafka] section: the kafka stage has nothing to publish to")
+    inst = cfg.instance(instance)
+    schemas = cfg.schemas if "://" in cfg.schemas or (Path(cfg.schemas) / source_instance(inst)).is_dir() else None
+    return KafkaSinkOptions(bootstrap=sink.bootstrap_servers, topic_prefix=sink.topic_prefix,
+                            files=landed_files(cfg, instance, lineage), schemas=schemas,
+                            name=f"{instance}-{lineage}", tables=inst.table_regex, tombstones=sink.tombstones,
+                            partitions=sink.partitions, replication=sink.replication_factor,
+                            batch_bytes=sink.batch_mb << 20, producer_config=dict(sink.producer))
 
 
 def quality_options(cfg: DeploymentConfig):
@@ -55,6 +72,13 @@ def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | N
         return out
     if lineage is None:
         raise OrchestrationError(f"instance {instance}: {stage} needs the host lineage fetch chose")
+    if stage == "kafka":
+        from ..sinks.kafka import publish
+
+        summary = publish(kafka_options(cfg, instance, lineage), progress=print)
+        return {"batches": summary.batches, "end": summary.end, "schema_changes": summary.schema_changes,
+                "changes": {f"{t}:{op}": n for (t, op), n in sorted(summary.changes.items())},
+                "seconds": round(time.perf_counter() - started, 3)}
     from ..lake import pipeline
     from ..quality import stages as gate_stages
 

@@ -158,6 +158,18 @@ class SchemaTimeline:
         j = bisect.bisect_right(froms, key) - 1
         return seg.versions[k][j] if j >= 0 else None
 
+    def changed_at(self, key: Key) -> list[tuple[str, TableVersion]]:
+        """The tables whose version begins at `key` (the position of a DDL statement), with their new version
+        (lower-case qualified name as the timeline keys it)."""
+        if not hasattr(self, "_by_start"):
+            by_start: dict[Key, list[tuple[str, TableVersion]]] = {}
+            for seg in self._segments:
+                for name, versions in seg.versions.items():
+                    for v in versions:
+                        by_start.setdefault(v.valid_from, []).append((name, v))
+            self._by_start = by_start
+        return self._by_start.get(key, [])
+
     def versions(self, database: str, table: str) -> list[TableVersion]:
         k = f"{database}.{table}".lower()
         return [v for seg in self._segments for v in seg.versions.get(k, [])]

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 KAFKA_JARS_ENV = "BINLAKE_KAFKA_JARS"
@@ -32,7 +33,7 @@ class KafkaUnavailable(RuntimeError):
     """No Java or no Kafka jars on this machine: the message says what to install."""
 
 
-class KafkaError(RuntimeError):
+class BrokerError(RuntimeError):
     """The broker could not be started; the message carries its log."""
 
 
@@ -168,7 +169,7 @@ class PrivateKafka:
                               "-c", str(self.config_path), "--ignore-formatted"],
                              capture_output=True, text=True, timeout=timeout)
         if fmt.returncode != 0:
-            raise KafkaError(f"kafka.tools.StorageTool format failed ({fmt.returncode}):\n{fmt.stdout}\n{fmt.stderr}")
+            raise BrokerError(f"kafka.tools.StorageTool format failed ({fmt.returncode}):\n{fmt.stdout}\n{fmt.stderr}")
         out = open(base / "stdout.log", "wb")  # noqa: SIM115 (the broker keeps writing to it)
         self.process = subprocess.Popen([*java, "kafka.Kafka", str(self.config_path)], stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -208,11 +209,11 @@ class PrivateKafka:
             except Exception:  # not up yet: keep polling until the deadline
                 pass
             time.sleep(0.2)
-        raise KafkaError(f"the Kafka broker did not answer within {timeout}s:\n{self.server_log()}")
+        raise BrokerError(f"the Kafka broker did not answer within {timeout}s:\n{self.server_log()}")
 
     def _check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
-            raise KafkaError(f"kafka.Kafka exited with {self.process.returncode}:\n{self.server_log()}")
+            raise BrokerError(f"kafka.Kafka exited with {self.process.returncode}:\n{self.server_log()}")
 
     def server_log(self, tail: int = 60) -> str:
         lines: list[str] = []
@@ -231,3 +232,46 @@ class PrivateKafka:
                 self.process.wait()
         if remove:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+@dataclass
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def read_topics(bootstrap: str, prefix: str, isolation: str = "read_committed", timeout: float = 120.0,
+                include_offsets: bool = False) -> list[Record]:
+    """Every record of the topics named `prefix.*`, each partition read from its start to its end (for
+    read_committed: to the last stable offset), in partition order. The offsets topic is left out unless asked."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"binlake-read-{uuid.uuid4()}",
+                         "isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": True,
+                         "auto.offset.reset": "earliest"})
+    try:
+        md = consumer.list_topics(timeout=30)
+        tps = [TopicPartition(name, p, 0) for name, t in sorted(md.topics.items())
+               if name.startswith(prefix + ".") and (include_offsets or not name.endswith(".binlake-offsets"))
+               for p in sorted(t.partitions)]
+        out: list[Record] = []
+        if not tps:
+            return out
+        consumer.assign(tps)
+        pending = {(tp.topic, tp.partition) for tp in tps}
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topics {prefix}.* not read to their end within {timeout}s (left: {pending})")
+            for msg in consumer.consume(10_000, 1.0):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard((msg.topic(), msg.partition()))
+                        continue
+                    raise RuntimeError(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+                out.append(Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()

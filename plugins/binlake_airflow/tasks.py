@@ -1,7 +1,7 @@
 """The TaskFlow tasks of binlake's DAGs and the per-instance ingest chain the hourly and backfill DAGs share.
 
 Each task is one idempotent step: discover -> fetch -> prepare (decode + history, Spark when configured) ->
-gate before merge -> merge -> gate after merge -> publish. Tasks pass a small state dict ({instance, lineage,
+gate before merge -> merge -> gate after merge -> publish; with `[sink.kafka]`, publish_kafka after fetch too. Tasks pass a small state dict ({instance, lineage,
 batch}); the lake stages run in a child process (binlake.orchestration.jobs) whose result file is what counts.
 """
 
@@ -134,6 +134,22 @@ def prepare(config: str, fetched: Any, instance: str | None = None) -> dict[str,
 
 
 @task
+def publish_kafka(config: str, fetched: Any, instance: str | None = None) -> dict[str, Any]:
+    """`[sink.kafka]`: publish the landed files' changes to Kafka, exactly once (binlake.sinks.kafka; its position
+    lives in Kafka, so it runs beside the lake stages, not after them)."""
+    from binlake.orchestration.jobs import run_stage_process
+
+    cfg, name = load_config(config), _instance(instance)
+    lineage = _lineage(name, fetched)
+    if lineage is None:
+        log.info("%s: no files landed yet", name)
+        return {"instance": name, "batches": 0}
+    result = run_stage_process(cfg, "kafka", name, lineage, log=log.info)
+    log.info("%s: published %s Kafka batch(es), position %s", name, result["batches"], result["end"])
+    return {"instance": name, **result}
+
+
+@task
 def gate_before_merge(config: str, state: dict[str, Any]) -> dict[str, Any]:
     return _stage(config, state, "gate_before")
 
@@ -221,6 +237,8 @@ def ingest_chain(cfg: DeploymentConfig, instance: str) -> TaskGroup:
         landed = fetch(cfg.path, instance)
         discover(cfg.path, instance) >> landed
         state = prepare.override(**lake)(cfg.path, landed, instance)
+        if cfg.sink.kafka is not None:
+            publish_kafka(cfg.path, landed, instance)
         state = gate_before_merge.override(**lake)(cfg.path, state)
         state = merge.override(**lake)(cfg.path, state)
         state = gate_after_merge.override(**lake)(cfg.path, state)

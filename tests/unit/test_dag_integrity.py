@@ -120,3 +120,25 @@ def test_missing_config_is_a_clear_import_error(tmp_path: Path) -> None:
                           text=True, env=env, timeout=120)
     assert proc.returncode != 0
     assert "nope.toml: cannot read the deployment config" in proc.stderr
+
+
+def test_kafka_sink_adds_a_publish_task_after_fetch(tmp_path: Path, example_config: Path) -> None:
+    """With [sink.kafka] each instance's chain also publishes its landed files to Kafka, after fetch."""
+    config = tmp_path / "binlake.toml"
+    text = example_config.read_text()
+    config.write_text(text + '\n[sink.kafka]\nbootstrap_servers = "127.0.0.1:9092"\ntopic_prefix = "shop"\n')
+    script = r"""
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=%r)
+dag = bag.dags["binlake_ingest"]
+print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
+                  "upstream": {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks}}))
+""" % str(ROOT / "dags")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=airflow_env(tmp_path, config), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["errors"] == {}
+    for inst in ("orders", "billing"):
+        assert out["upstream"][f"{inst}.publish_kafka"] == [f"{inst}.fetch"]

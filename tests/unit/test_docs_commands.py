@@ -16,7 +16,8 @@ from binlake.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["docs/playbook.md", "docs/analysts.md", "docs/sizing.md", "docs/comparison.md", "docker/README.md",
-         "README.md", "docs/decoder.md", "docs/lake.md", "docs/sources.md", "docs/cli.md", "docs/speed.md", "docs/airflow.md"]
+         "README.md", "docs/decoder.md", "docs/lake.md", "docs/sources.md", "docs/cli.md", "docs/speed.md", "docs/airflow.md",
+         "docs/kafka.md"]
 PLACEHOLDERS = {"BATCH": "7", "POS": "4", "START": "2026-01-15T00:00:00Z", "END": "2026-01-15T01:00:00Z"}
 
 

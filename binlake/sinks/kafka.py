@@ -1,0 +1,652 @@
+"""The Kafka sink: row changes as Debezium-compatible change events, published exactly once.
+
+Fed by what the lake ingest decodes (`binlake.lake.decode_task.decode_range`: whole transactions, each TABLE_MAP
+named and checked by the schema timeline, values already in the lake's Arrow types), so a topic carries exactly
+the changes the lake's history gets, with the same value mapping (docs/kafka.md):
+
+- one topic per table, `PREFIX.db.table` (characters Kafka does not allow in names become `_`); key = the row
+  identity's columns (primary key, else the first UNIQUE NOT NULL key) as a JSON object, null for tables with
+  neither (those go to partition 0, in binlog order); value = `{before, after, source, op, ts_ms}`; every change
+  of a key goes to one partition (murmur2 of the key, as Java clients hash), in binlog order;
+- an update that changes the key is a delete of the old key and a create of the new one (as Debezium does);
+- a tombstone (key, null value) follows every delete unless turned off;
+- TRUNCATE is op `t` with a null key, on every partition of the table's topic;
+- DDL goes to `PREFIX.schema-changes` (one partition, binlog order) with the statement and each changed table's
+  resolved columns.
+
+Exactly once: one transactional producer (idempotence on, `transactional.id` = binlake-PREFIX-NAME) and one Kafka
+transaction per batch (a range of whole binlog transactions). The batch's end position is written inside the
+same transaction to the compacted topic `PREFIX.binlake-offsets` (key = the publisher name), and a run starts
+where the last committed record says. `init_transactions` fences an older instance and aborts its open
+transaction, so a publisher killed at any point and run again publishes each change once to a `read_committed`
+consumer; running it again over the same files publishes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .. import __version__
+from ..binlog.api import sequence_number
+from ..exitcodes import ExitCode, UnavailableError, UsageError
+from ..lake.decode_task import RangeResult, decode_range
+from ..lake.split import plan_ranges
+from ..schema.api import build_resolver
+from ..schema.lifecycle import lifecycle_of
+from ..schema.timeline import TableVersion, TimelineResolver
+
+SCHEMA_TOPIC = "schema-changes"
+OFFSETS_TOPIC = "binlake-offsets"
+KILL_AT_ENV = "BINLAKE_FAULT_KILL_AT"
+OPS = {"insert": "c", "update": "u", "delete": "d"}
+_BAD_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+class PublishError(Exception):
+    """The batch could not be published (held tables, a refused message, a broker error): nothing of it was
+    committed; the message names the table, file and position, or the broker's error."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class HeldTables(PublishError):
+    """Changes of some tables could not be decoded (schema mismatch, no schema, unconvertible values)."""
+
+    exit_code = ExitCode.SCHEMA_MISMATCH
+
+
+@dataclass
+class KafkaSinkOptions:
+    bootstrap: str
+    topic_prefix: str
+    files: Sequence[str]
+    schemas: str | None = None
+    name: str = "default"  # the publisher: key of its offsets record, part of its transactional.id
+    tables: object = None  # compiled regex on db.table
+    databases: set[str] | None = None
+    tombstones: bool = True
+    partitions: int = 3  # for the table topics binlake creates (existing topics keep theirs)
+    replication: int = -1  # replication factor of created topics; -1: the broker's default
+    batch_bytes: int = 16 << 20  # one Kafka transaction per range of about this many binlog bytes
+    producer_config: dict = field(default_factory=dict)  # extra librdkafka settings
+    timeout: float = 60.0  # seconds for broker calls (metadata, init, commit)
+
+
+@dataclass
+class PublishSummary:
+    batches: int = 0
+    changes: Counter = field(default_factory=Counter)  # (db.table, op letter) -> events
+    messages: int = 0  # every record produced: changes, tombstones, truncates, schema changes, offsets
+    schema_changes: int = 0
+    start: dict | None = None  # the committed position the run started from
+    end: dict | None = None  # the committed position it ended at
+    seconds: dict = field(default_factory=dict)
+
+    def text(self) -> str:
+        if not self.batches:
+            where = f" (at {self.start['file']}:{self.start['pos']})" if self.start else ""
+            return f"nothing new to publish{where}"
+        lines = [f"published {self.batches} batch(es), {sum(self.changes.values())} change events, "
+                 f"{self.schema_changes} schema changes; committed position {self.end['file']}:{self.end['pos']}"]
+        for table in sorted({t for t, _ in self.changes}):
+            lines.append(f"  {table}: " + ", ".join(f"{op} {self.changes[(table, op)]}" for op in "cudt"
+                                                   if self.changes[(table, op)]))
+        lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items()))
+        return "\n".join(lines)
+
+
+def topic_name(*parts: str) -> str:
+    """`prefix.db.table` with characters Kafka refuses in topic names replaced by `_` (as Debezium does)."""
+    return _BAD_TOPIC_CHARS.sub("_", ".".join(parts))
+
+
+def transactional_id(prefix: str, name: str) -> str:
+    return f"binlake-{prefix}-{name}"
+
+
+# -- values: Arrow columns (the lake's types) -> JSON text fragments, a column at a time ----------------------------
+
+def _quote(strings: pa.Array) -> pa.Array:
+    return pc.binary_join_element_wise('"', strings, '"', "")
+
+
+_CONTROL = "[\\x00-\\x1f]"
+
+
+def _json_strings(arr: pa.Array) -> pa.Array:
+    """Text as JSON string literals (null stays null). Backslash, quote and common controls are escaped in Arrow;
+    a column holding other control characters is encoded by the json module."""
+    if len(arr) and pc.any(pc.match_substring_regex(pc.replace_substring_regex(arr, "[\\n\\r\\t]", ""),
+                                                    _CONTROL)).as_py():
+        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in arr.to_pylist()],
+                        pa.string())
+    s = pc.replace_substring(arr, "\\", "\\\\")
+    s = pc.replace_substring(s, '"', '\\"')
+    s = pc.replace_substring(s, "\n", "\\n")
+    s = pc.replace_substring(s, "\r", "\\r")
+    s = pc.replace_substring(s, "\t", "\\t")
+    return _quote(s)
+
+
+def json_fragments(arr: pa.Array) -> pa.Array:
+    """One column as JSON text per row (`null` for nulls), by the lake's value mapping: integers and floats as
+    numbers, DECIMAL (and BIGINT UNSIGNED, BIT(64)) as strings, DATE `YYYY-MM-DD`, DATETIME
+    `YYYY-MM-DDTHH:MM:SS.ffffff`, TIMESTAMP the same in UTC with `Z`, TIME and text as strings, binary as base64,
+    VECTOR as an array of numbers."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = arr.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        s = arr.cast(pa.string())
+    elif pa.types.is_decimal(t) or pa.types.is_date(t):
+        s = _quote(arr.cast(pa.string()))
+    elif pa.types.is_timestamp(t):
+        s = _quote(pc.replace_substring(arr.cast(pa.string()), " ", "T", max_replacements=1))
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        s = _json_strings(arr)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        s = pa.array([None if v is None else '"' + base64.b64encode(v).decode() + '"' for v in arr.to_pylist()],
+                     pa.string())
+    else:  # lists (VECTOR) and anything else: the json module
+        s = pa.array([None if v is None else json.dumps(v, ensure_ascii=False, default=str)
+                      for v in arr.to_pylist()], pa.string())
+    return pc.fill_null(s, "null")
+
+
+def _object(names: Sequence[str], fragments: Sequence[pa.Array], n: int) -> pa.Array:
+    """Rows as JSON objects {name: value, ...} from per-column fragments."""
+    if not names:
+        return pa.array(["{}"] * n, pa.string())
+    parts: list = []
+    for i, (name, frag) in enumerate(zip(names, fragments, strict=True)):
+        parts.append(("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":")
+        parts.append(frag)
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "")
+
+
+# -- one decoded range -> ordered messages ---------------------------------------------------------------------------
+
+@dataclass
+class Messages:
+    """A batch's records in binlog order: parallel lists (topic, key, value, partition or None, order key)."""
+
+    topics: list = field(default_factory=list)
+    keys: list = field(default_factory=list)
+    values: list = field(default_factory=list)
+    partitions: list = field(default_factory=list)
+    order: list = field(default_factory=list)  # per record: (file_seq, pos, sub, row, k) for the global sort
+    counts: Counter = field(default_factory=Counter)  # (db.table, op) -> change events
+    table_topics: dict = field(default_factory=dict)  # topic -> db.table
+    schema_changes: int = 0
+
+
+class _ServerIds:
+    """server_id of the event at a position, read from the event header (bytes 5..8)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.cache: dict[int, int] = {}
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        uniq, inverse = np.unique(positions, return_inverse=True)
+        with open(self.path, "rb") as f:
+            ids = []
+            for p in uniq.tolist():
+                sid = self.cache.get(p)
+                if sid is None:
+                    f.seek(p + 5)
+                    sid = self.cache[p] = int.from_bytes(f.read(4), "little")
+                ids.append(sid)
+        return np.asarray(ids, np.int64)[inverse]
+
+
+class Encoder:
+    """Turns decoded ranges into change-event records (docs/kafka.md describes the format)."""
+
+    def __init__(self, prefix: str, tombstones: bool, resolver: TimelineResolver | None) -> None:
+        self.prefix = prefix
+        self.tombstones = tombstones
+        self.resolver = resolver
+        self.prefix_json = json.dumps(prefix, ensure_ascii=False)
+
+    def encode(self, result: RangeResult, path: str, truncate_partitions: Callable[[str], int]) -> Messages:
+        out = Messages()
+        server_ids = _ServerIds(path)
+        now_ms = str(int(time.time() * 1000))
+        for table, entry in result.tables.items():
+            db, _, name = table.partition(".")
+            topic = topic_name(self.prefix, db, name)
+            out.table_topics[topic] = table
+            for piece in entry.history:
+                if piece.num_rows:
+                    tm = entry.versions.get(piece.column("_schema_version")[0].as_py(), entry.table_map)
+                    self._table_piece(out, piece, tm, db, name, topic, server_ids, now_ms)
+        for ddl in result.ddl:
+            self._ddl(out, ddl, server_ids, now_ms, truncate_partitions)
+        return out
+
+    def _source(self, db: str, table: str, piece: pa.Table, server_ids: _ServerIds) -> pa.Array:
+        n = piece.num_rows
+        sid = pa.array(server_ids.at(piece.column("_pos").to_numpy())).cast(pa.string())
+        ts = pc.divide(piece.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
+        gtid = pc.fill_null(_quote(piece.column("_gtid").combine_chunks()), "null")
+        file = json.dumps(piece.column("_binlog_file")[0].as_py())
+        return pc.binary_join_element_wise(
+            '{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json + ',"server_id":',
+            sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' + json.dumps(db, ensure_ascii=False) + ',"table":'
+            + json.dumps(table, ensure_ascii=False) + ',"gtid":', gtid, ',"file":' + file + ',"pos":',
+            piece.column("_pos").cast(pa.string()), ',"row":', piece.column("_row").cast(pa.string()), ',"sub":',
+            piece.column("_sub").cast(pa.string()), "}", "") if n else pa.array([], pa.string())
+
+    def _table_piece(self, out: Messages, piece: pa.Table, tm, db: str, name: str, topic: str,
+                     server_ids: _ServerIds, now_ms: str) -> None:
+        n = piece.num_rows
+        table = f"{db}.{name}"
+        cols = [c.key for c in tm.columns] if tm is not None else [
+            f for f in piece.column_names if not f.startswith("_")]
+        key_cols = [tm.columns[i].key for i in tm.primary_key] if tm is not None and tm.primary_key else []
+        frags = {c: json_fragments(piece.column(c)) for c in cols}
+        row_obj = _object(cols, [frags[c] for c in cols], n)
+        before_struct = piece.column("_before").combine_chunks()
+        has_before = before_struct.is_valid()
+        before_frags = {c: json_fragments(before_struct.field(c)) for c in cols}
+        before_obj = _object(cols, [before_frags[c] for c in cols], n)
+        op = piece.column("_op").combine_chunks()
+        is_insert = pc.equal(op, "insert")
+        is_delete = pc.equal(op, "delete")
+        is_update = pc.equal(op, "update")
+        before = pc.if_else(is_insert, "null", pc.if_else(is_delete, row_obj,
+                                                         pc.if_else(has_before, before_obj, "null")))
+        after = pc.if_else(is_delete, "null", row_obj)
+        letter = pc.if_else(is_insert, '"c"', pc.if_else(is_delete, '"d"', '"u"'))
+        source = self._source(db, name, piece, server_ids)
+        value = pc.binary_join_element_wise('{"before":', before, ',"after":', after, ',"source":', source,
+                                            ',"op":', letter, ',"ts_ms":' + now_ms + ',"transaction":null}', "")
+        if key_cols:
+            key = _object(key_cols, [frags[c] for c in key_cols], n)
+            old_key = _object(key_cols, [before_frags[c] for c in key_cols], n)
+            moved = pc.fill_null(pc.and_(pc.and_(is_update, has_before), pc.not_equal(key, old_key)), False)
+            keys = key.to_pylist()
+        else:
+            moved = pa.array(np.zeros(n, bool))
+            keys = [None] * n
+        values = value.to_pylist()
+        ops = op.to_pylist()
+        seq = piece.column("_file_seq").to_numpy()
+        pos = piece.column("_pos").to_numpy()
+        sub = piece.column("_sub").to_numpy()
+        row = piece.column("_row").to_numpy()
+        moved_rows = set(np.flatnonzero(moved.to_numpy(zero_copy_only=False)).tolist())
+        counts = Counter(ops)
+        partition = None if key_cols else 0
+        tombstones = self.tombstones and key_cols
+        o_topics, o_keys, o_values, o_parts, o_order = out.topics, out.keys, out.values, out.partitions, out.order
+        for i in range(n):
+            o = (int(seq[i]), int(pos[i]), int(sub[i]), int(row[i]))
+            if i in moved_rows:
+                # The key changed: a delete of the old key (and its tombstone), then a create of the new one.
+                old = old_key[i].as_py()
+                src = source[i].as_py()
+                records = [(old, '{"before":' + before_obj[i].as_py() + ',"after":null,"source":' + src
+                            + ',"op":"d","ts_ms":' + now_ms + ',"transaction":null}', "d")]
+                if tombstones:
+                    records.append((old, None, None))
+                records.append((keys[i], '{"before":null,"after":' + row_obj[i].as_py() + ',"source":' + src
+                                + ',"op":"c","ts_ms":' + now_ms + ',"transaction":null}', "c"))
+                counts["update"] -= 1
+                for k, (rk, rv, rop) in enumerate(records):
+                    o_topics.append(topic)
+                    o_keys.append(rk)
+                    o_values.append(rv)
+                    o_parts.append(partition)
+                    o_order.append((*o, k))
+                    if rop:
+                        out.counts[(table, rop)] += 1
+                continue
+            o_topics.append(topic)
+            o_keys.append(keys[i])
+            o_values.append(values[i])
+            o_parts.append(partition)
+            o_order.append((*o, 0))
+            if tombstones and ops[i] == "delete":
+                o_topics.append(topic)
+                o_keys.append(keys[i])
+                o_values.append(None)
+                o_parts.append(partition)
+                o_order.append((*o, 1))
+        for op_name, count in counts.items():
+            if count:
+                out.counts[(table, OPS[op_name])] += count
+
+    def _ddl(self, out: Messages, ddl: dict, server_ids: _ServerIds, now_ms: str,
+             truncate_partitions: Callable[[str], int]) -> None:
+        seq, pos = ddl["file_seq"], ddl["pos"]
+        sql = ddl["query"] or ""
+        db = ddl.get("database") or ""
+        sid = int(server_ids.at(np.asarray([pos]))[0])
+        source = {"version": __version__, "connector": "binlake", "name": self.prefix, "server_id": sid,
+                  "ts_ms": int(ddl["ts"]) * 1000, "snapshot": "false", "db": db, "table": None, "gtid": None,
+                  "file": ddl["file"], "pos": pos, "row": 0, "sub": 0}
+        changes = []
+        timeline = self.resolver.timeline if self.resolver is not None else None
+        for qualified, version in (timeline.changed_at((seq, pos)) if timeline is not None else []):
+            changes.append(_table_change(qualified, version, timeline, (seq, pos)))
+        if not db and changes:
+            db = changes[0]["id"].partition(".")[0]
+            source["db"] = db
+        value = {"source": source, "ts_ms": int(now_ms), "databaseName": db, "schemaName": None, "ddl": sql,
+                 "tableChanges": changes}
+        out.topics.append(topic_name(self.prefix, SCHEMA_TOPIC))
+        out.keys.append(_compact({"databaseName": db}))
+        out.values.append(_compact(value))
+        out.partitions.append(0)
+        out.order.append((seq, pos, 0, -1, 0))
+        out.schema_changes += 1
+        op = lifecycle_of(sql, db or None)
+        if op is not None and op.kind == "truncate":
+            for qualified in op.tables:
+                tdb, _, tname = qualified.partition(".")
+                self._truncate(out, tdb, tname, source, now_ms, truncate_partitions, seq, pos)
+
+    def _truncate(self, out: Messages, db: str, name: str, source: dict, now_ms: str,
+                  truncate_partitions: Callable[[str], int], seq: int, pos: int) -> None:
+        topic = topic_name(self.prefix, db, name)
+        value = _compact({"before": None, "after": None, "source": {**source, "db": db, "table": name},
+                          "op": "t", "ts_ms": int(now_ms), "transaction": None})
+        for p in range(truncate_partitions(topic)):
+            out.topics.append(topic)
+            out.keys.append(None)
+            out.values.append(value)
+            out.partitions.append(p)
+            out.order.append((seq, pos, 0, -1, 1 + p))
+        out.table_topics.setdefault(topic, f"{db}.{name}")
+        out.counts[(f"{db}.{name}", "t")] += 1
+
+
+def _compact(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _table_change(qualified: str, version: TableVersion, timeline, key) -> dict:
+    db, _, name = qualified.partition(".")
+    table = version.table
+    if table is None:
+        return {"type": "DROP", "id": qualified, "table": None}
+    before = timeline.at(db, name, (key[0], key[1] - 1))
+    kind = "CREATE" if before is None or before.table is None else "ALTER"
+    columns = []
+    for i, c in enumerate(table.columns, 1):
+        columns.append({"name": c.name, "typeName": c.data_type.upper(), "position": i, "optional": c.nullable,
+                        "length": c.length if c.length is not None else c.precision, "scale": c.scale,
+                        "fsp": c.fsp, "unsigned": c.unsigned, "charsetName": c.charset,
+                        "enumValues": c.labels, "autoIncremented": c.auto_increment,
+                        "generated": c.generated is not None, "default": c.default})
+    return {"type": kind, "id": f"{table.database}.{table.name}",
+            "table": {"defaultCharsetName": table.charset, "primaryKeyColumnNames": table.row_key(),
+                      "columns": columns}}
+
+
+# -- the publisher -----------------------------------------------------------------------------------------------------
+
+class KafkaPublisher:
+    """Publishes binlog files to Kafka in transactions (see the module docstring)."""
+
+    def __init__(self, opts: KafkaSinkOptions) -> None:
+        if not opts.topic_prefix or _BAD_TOPIC_CHARS.search(opts.topic_prefix):
+            raise UsageError(f"--topic-prefix {opts.topic_prefix!r}: use letters, digits, '.', '_' and '-' only")
+        self.opts = opts
+        self.offsets_topic = topic_name(opts.topic_prefix, OFFSETS_TOPIC)
+        self.schema_topic = topic_name(opts.topic_prefix, SCHEMA_TOPIC)
+        self.admin = AdminClient({"bootstrap.servers": opts.bootstrap, **_common(opts.producer_config)})
+        self._partitions: dict[str, int] = {}
+        self._delivery_error: str | None = None
+        self.producer: Producer | None = None
+        # Fault injection for the crash tests (docs/kafka.md): SIGKILL this process at the Nth step, a step being
+        # each record produced and the moments just before and just after each commit.
+        kill_at = os.environ.get(KILL_AT_ENV)
+        self._kill_at = int(kill_at) if kill_at else None
+        self._steps = 0
+
+    def _step(self) -> None:
+        self._steps += 1
+        if self._steps == self._kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # topics
+    def _load_topics(self) -> None:
+        try:
+            md = self.admin.list_topics(timeout=self.opts.timeout)
+        except KafkaException as exc:
+            raise UnavailableError(f"--kafka {self.opts.bootstrap}: {_kafka_text(exc)}") from None
+        self._partitions = {name: len(t.partitions) for name, t in md.topics.items() if not t.error}
+
+    def _ensure_topics(self, wanted: dict[str, tuple[int, dict]]) -> None:
+        missing = {t: spec for t, spec in wanted.items() if t not in self._partitions}
+        if not missing:
+            return
+        new = [NewTopic(t, num_partitions=p, replication_factor=self.opts.replication, config=cfg)
+               for t, (p, cfg) in missing.items()]
+        for topic, fut in self.admin.create_topics(new, request_timeout=self.opts.timeout).items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise UnavailableError(f"Kafka topic {topic}: cannot create it: {_kafka_text(exc)}") from None
+        deadline = time.monotonic() + self.opts.timeout
+        while True:  # until the metadata lists them with their partitions
+            self._load_topics()
+            if all(t in self._partitions for t in missing) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for t in missing:
+            if t not in self._partitions:
+                raise UnavailableError(f"Kafka topic {t}: created but not listed by the broker in time")
+
+    def partitions_of(self, topic: str) -> int:
+        return self._partitions.get(topic, self.opts.partitions)
+
+    # the committed position
+    def committed_position(self) -> dict | None:
+        """The last position committed for this publisher (read_committed), or None before the first batch."""
+        consumer = Consumer({"bootstrap.servers": self.opts.bootstrap, "group.id": f"binlake-offsets-{time.time()}",
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                             **_common(self.opts.producer_config)})
+        last = None
+        try:
+            tps = [TopicPartition(self.offsets_topic, p, 0) for p in range(self.partitions_of(self.offsets_topic))]
+            consumer.assign(tps)
+            pending = {tp.partition for tp in tps}
+            deadline = time.monotonic() + self.opts.timeout
+            while pending:
+                if time.monotonic() > deadline:
+                    raise UnavailableError(f"Kafka topic {self.offsets_topic}: not read to its end within "
+                                           f"{self.opts.timeout:.0f} s")
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise UnavailableError(f"Kafka topic {self.offsets_topic}: {msg.error().str()}")
+                if msg.key() and json.loads(msg.key()).get("publisher") == self.opts.name and msg.value():
+                    last = json.loads(msg.value())
+        finally:
+            consumer.close()
+        return last
+
+    def _on_delivery(self, err, msg) -> None:
+        if err is not None and self._delivery_error is None:
+            key = msg.key().decode(errors="replace")[:200] if msg.key() else "null"
+            self._delivery_error = f"Kafka topic {msg.topic()} key {key}: {err.str()}"
+
+    def _start_producer(self) -> None:
+        conf = {
+            "bootstrap.servers": self.opts.bootstrap,
+            "transactional.id": transactional_id(self.opts.topic_prefix, self.opts.name),
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",  # keys hash as Java clients (and Debezium) hash them
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_097_151,
+            "transaction.timeout.ms": 600_000,
+            "on_delivery": self._on_delivery,
+            **_common(self.opts.producer_config),
+            **{k: v for k, v in self.opts.producer_config.items() if k not in _CLIENT_KEYS},
+        }
+        self.producer = Producer(conf)
+        try:
+            self.producer.init_transactions(self.opts.timeout)  # fences an older instance, ends its transaction
+        except KafkaException as exc:
+            raise UnavailableError(f"--kafka {self.opts.bootstrap}: cannot start the transactional producer: "
+                                   f"{_kafka_text(exc)}") from None
+
+    def run(self, progress: Callable[[str], None] | None = None) -> PublishSummary:
+        opts = self.opts
+        say = progress or (lambda _m: None)
+        summary = PublishSummary()
+        started = time.perf_counter()
+        files = sorted((str(f) for f in opts.files), key=lambda p: (sequence_number(p), Path(p).name))
+        self._load_topics()
+        self._ensure_topics({self.offsets_topic: (1, {"cleanup.policy": "compact"}),
+                             self.schema_topic: (1, {})})
+        self._start_producer()
+        position = self.committed_position()
+        summary.start = summary.end = position
+        resolver = build_resolver(files, opts.schemas)
+        summary.seconds["start"] = time.perf_counter() - started
+        encoder = Encoder(opts.topic_prefix, opts.tombstones, resolver)
+        batch = (position or {}).get("batch", 0)
+        keys = {Path(f).name: seq for f, seq in zip(files, _file_seqs(files), strict=True)}
+        for path in files:
+            name = Path(path).name
+            seq = keys[name]
+            start = 4
+            if position is not None:
+                done_seq = position["file_seq"]
+                if seq < done_seq or (seq == done_seq and position.get("complete")):
+                    continue
+                if seq == done_seq:
+                    start = position["pos"]
+            for range_start, stop in plan_ranges(path, name, start, opts.batch_bytes):
+                t0 = time.perf_counter()
+                result = decode_range(path, name, seq, range_start, stop, batch + 1, resolver, opts.tables,
+                                      opts.databases)
+                summary.seconds["decode"] = summary.seconds.get("decode", 0.0) + time.perf_counter() - t0
+                if result.held:
+                    table, hold = next(iter(sorted(result.held.items())))
+                    raise HeldTables(f"{table}: {hold['error']} ({hold['file']}:{hold['pos']}); nothing of "
+                                     f"{name} from position {range_start} was published")
+                end = {"publisher": opts.name, "file": name, "file_seq": seq, "pos": result.end,
+                       "complete": bool(result.reached_file_end and stop is None), "batch": batch + 1}
+                if end["pos"] == range_start and not end["complete"] and not result.ddl:
+                    continue  # nothing new in this range (an in-use file with no new transaction)
+                if position is not None and (end["file_seq"], end["pos"], end["complete"]) == (
+                        position["file_seq"], position["pos"], position.get("complete")):
+                    continue
+                t0 = time.perf_counter()
+                messages = encoder.encode(result, path, self.partitions_of)
+                summary.seconds["encode"] = summary.seconds.get("encode", 0.0) + time.perf_counter() - t0
+                t0 = time.perf_counter()
+                self._publish(messages, end)
+                summary.seconds["produce and commit"] = (summary.seconds.get("produce and commit", 0.0)
+                                                         + time.perf_counter() - t0)
+                batch += 1
+                position = end
+                summary.batches += 1
+                summary.end = end
+                summary.changes.update(messages.counts)
+                summary.schema_changes += messages.schema_changes
+                summary.messages += len(messages.values) + 1
+                say(f"batch {batch}: {name} {range_start}..{result.end}, {sum(messages.counts.values())} changes")
+        self.producer.flush(opts.timeout)
+        summary.seconds["total"] = time.perf_counter() - started
+        return summary
+
+    def _publish(self, messages: Messages, end: dict) -> None:
+        wanted = {t: (self.opts.partitions, {}) for t in messages.table_topics}
+        self._ensure_topics(wanted)
+        producer = self.producer
+        order = sorted(range(len(messages.order)), key=messages.order.__getitem__)
+        topics, keys, values, parts = messages.topics, messages.keys, messages.values, messages.partitions
+        self._delivery_error = None
+        producer.begin_transaction()
+        try:
+            produce = producer.produce
+            step = self._step if self._kill_at is not None else None
+            for i in order:
+                if step is not None:
+                    step()
+                part = parts[i]
+                while True:
+                    try:
+                        if part is None:
+                            produce(topics[i], values[i], keys[i])
+                        else:
+                            produce(topics[i], values[i], keys[i], part)
+                        break
+                    except BufferError:  # the local queue is full: let librdkafka send some
+                        producer.poll(0.05)
+            producer.produce(self.offsets_topic, _compact(end), _compact({"publisher": self.opts.name}), 0)
+            producer.flush(self.opts.timeout)
+            if self._delivery_error:
+                raise PublishError(self._delivery_error)
+            if step is not None:
+                step()
+            producer.commit_transaction(self.opts.timeout)
+            if step is not None:
+                step()
+        except BaseException as exc:
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(self.opts.timeout)
+            if isinstance(exc, KafkaException):
+                raise PublishError(f"batch ending at {end['file']}:{end['pos']} not published: "
+                                   f"{_kafka_text(exc)}") from None
+            raise
+
+
+def _file_seqs(files: Sequence[str]) -> list[int]:
+    """Each file's sequence number (its numeric suffix; the list order for files without one), as the lake
+    numbers them."""
+    return [s if (s := sequence_number(f)) >= 0 else i for i, f in enumerate(files)]
+
+
+_CLIENT_KEYS = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+                "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+                "client.id", "socket.timeout.ms"}
+
+
+def _common(extra: dict) -> dict:
+    """The settings every client (admin, consumer, producer) of the publisher shares: connection and security."""
+    return {k: v for k, v in extra.items() if k in _CLIENT_KEYS}
+
+
+def _kafka_text(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args else None
+    return err.str() if hasattr(err, "str") else str(exc)
+
+
+def publish(opts: KafkaSinkOptions, progress: Callable[[str], None] | None = None) -> PublishSummary:
+    """Publish `opts.files` from the committed position on (the service function the CLI and DAG call)."""
+    return KafkaPublisher(opts).run(progress)

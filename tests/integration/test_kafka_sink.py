@@ -1,0 +1,445 @@
+"""The Kafka sink against a real broker and a real MariaDB: a seeded random workload -> binlogs -> `binlake publish`
+-> a read_committed consumer rebuilds every table, which must equal SELECT *; events per table and op equal the
+binlog's; every key on one partition in binlog order; publishers killed (SIGKILL) at 10 seeded points and run
+again deliver each change exactly once; a re-run publishes nothing."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
+from binlake.sinks.kafka import KILL_AT_ENV
+from binlake.testing.kafka import PrivateKafka, Record, read_topics
+from binlake.testing.mariadb import PrivateMariaDB
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DBS = ("k20_shop", "k20_ops")
+# table -> (CREATE body, row identity columns or None)
+TABLES = {
+    "items": ("id INT NOT NULL PRIMARY KEY, price DECIMAL(12,4), name VARCHAR(60), at DATETIME(3), "
+              "ts TIMESTAMP(6) NULL DEFAULT NULL, d DATE, t TIME(2), payload BLOB, f DOUBLE, big BIGINT UNSIGNED, "
+              "e ENUM('x','y','z'), j JSON", ["id"]),
+    "pairs": ("a INT NOT NULL, b VARCHAR(10) NOT NULL, v INT, note TEXT, PRIMARY KEY (b, a)", ["b", "a"]),
+    "logs": ("lvl TINYINT, msg VARCHAR(40)", None),
+    "uniq": ("code VARCHAR(12) NOT NULL, qty INT, UNIQUE KEY (code)", ["code"]),
+}
+TEXTS = ["", "plain", 'quote " and \\ back', "line\nbreak\ttab\rcr", "ctrl \x01\x1f end", "ünï 中文 😀", "a'b",
+         "{\"json\": 1}"]
+
+
+class Workload:
+    """Seeded random DML over the tables of two databases, with key moves, multi-table transactions, ALTERs,
+    a TRUNCATE and binlog rotations."""
+
+    def __init__(self, server: PrivateMariaDB, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.conn = server.connect()
+        self.server = server
+        self.keys: dict[str, list] = defaultdict(list)
+        self.next = Counter()
+        self.truncates = Counter()
+        self.added: set[tuple[str, str, str]] = set()  # (db, table, column) added by ALTER
+        self.dropped: set[tuple[str, str, str]] = set()
+
+    def sql(self, text: str, args=None) -> int:
+        with self.conn.cursor() as cur:
+            return cur.execute(text, args)
+
+    def setup(self) -> None:
+        for db in DBS:
+            self.sql(f"DROP DATABASE IF EXISTS `{db}`")
+            self.sql(f"CREATE DATABASE `{db}`")
+            for name, (body, _key) in TABLES.items():
+                self.sql(f"CREATE TABLE `{db}`.`{name}` ({body})")
+
+    def value_row(self, db: str, table: str) -> dict:
+        row = self._values(table)
+        for d, t, c in self.added:
+            if (d, t) == (db, table):
+                row[c] = self.rng.choice(TEXTS)[:20]
+        return {k: v for k, v in row.items() if (db, table, k) not in self.dropped}
+
+    def _values(self, table: str) -> dict:
+        r = self.rng
+        if table == "items":
+            return {"price": None if r.random() < 0.1 else Decimal(r.randint(-10**9, 10**9)) / 10000,
+                    "name": r.choice(TEXTS) + str(r.randint(0, 99)),
+                    "at": dt.datetime(2020 + r.randint(0, 5), r.randint(1, 12), r.randint(1, 28), r.randint(0, 23),
+                                      r.randint(0, 59), r.randint(0, 59), r.randint(0, 999) * 1000),
+                    "ts": None if r.random() < 0.2 else dt.datetime(2021, 3, 4, 5, 6, 7, r.randint(0, 999999)),
+                    "d": dt.date(1990 + r.randint(0, 40), r.randint(1, 12), r.randint(1, 28)),
+                    "t": f"{r.randint(-838, 838)}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}.{r.randint(0, 99):02d}",
+                    "payload": None if r.random() < 0.2 else bytes(r.randrange(256) for _ in range(r.randint(0, 40))),
+                    "f": r.choice([0.0, -1.5, 1e300, 3.141592653589793, r.random()]),
+                    "big": r.choice([0, 2**64 - 1, r.randint(0, 2**63)]),
+                    "e": r.choice(["x", "y", "z", None]),
+                    "j": json.dumps({"n": r.randint(0, 9), "s": r.choice(TEXTS)})}
+        if table == "pairs":
+            return {"v": r.randint(-5, 5) if r.random() < 0.9 else None, "note": r.choice(TEXTS)}
+        if table == "logs":
+            return {"lvl": r.randint(-128, 127), "msg": r.choice(TEXTS)[:40]}
+        return {"qty": r.randint(0, 1000)}
+
+    def new_key(self, table: str) -> dict:
+        self.next[table] += 1
+        n = self.next[table]
+        if table == "items":
+            return {"id": n}
+        if table == "pairs":
+            return {"a": n % 7, "b": f"k{n}"}
+        if table == "uniq":
+            return {"code": f"c-{n:05d}"}
+        return {}
+
+    def dml(self, db: str, table: str) -> None:
+        r = self.rng
+        keys = self.keys[(db, table)]
+        op = r.random()
+        if op < 0.45 or not keys:
+            rows = [({**self.new_key(table), **self.value_row(db, table)}) for _ in range(r.randint(1, 4))]
+            cols = list(rows[0])
+            marks = ", ".join("(" + ", ".join(["%s"] * len(cols)) + ")" for _ in rows)
+            self.sql(f"INSERT INTO `{db}`.`{table}` ({', '.join(f'`{c}`' for c in cols)}) VALUES {marks}",
+                     [row[c] for row in rows for c in cols])
+            if TABLES[table][1]:
+                keys.extend({k: row[k] for k in TABLES[table][1]} for row in rows)
+            else:
+                keys.extend(rows)
+        elif op < 0.8:
+            target = r.choice(keys)
+            values = self.value_row(db, table)
+            if TABLES[table][1] and r.random() < 0.2:  # move the key
+                new = self.new_key(table)
+                values.update(new)
+                keys[keys.index(target)] = new
+            if not TABLES[table][1]:
+                target = keys.pop(keys.index(target))
+                keys.append({**target, **values})
+            sets = ", ".join(f"`{c}`=%s" for c in values)
+            self.sql(f"UPDATE `{db}`.`{table}` SET {sets} WHERE {self.where(target)} LIMIT 1",
+                     [*values.values(), *self.where_args(target)])
+        else:
+            target = keys.pop(r.randrange(len(keys)))
+            self.sql(f"DELETE FROM `{db}`.`{table}` WHERE {self.where(target)} LIMIT 1", self.where_args(target))
+
+    @staticmethod
+    def where(row: dict) -> str:
+        return " AND ".join(f"`{c}` <=> %s" for c in row)
+
+    @staticmethod
+    def where_args(row: dict) -> list:
+        return list(row.values())
+
+    def run(self, rounds: int) -> None:
+        self.setup()
+        for i in range(rounds):
+            db, table = self.rng.choice(DBS), self.rng.choice(list(TABLES))
+            if self.rng.random() < 0.3:  # a transaction over several tables
+                self.conn.begin()
+                for _ in range(self.rng.randint(2, 6)):
+                    self.dml(self.rng.choice(DBS), self.rng.choice(list(TABLES)))
+                self.conn.commit()
+            else:
+                self.dml(db, table)
+            if i == rounds // 3:
+                self.sql(f"ALTER TABLE `{DBS[0]}`.`items` ADD COLUMN extra VARCHAR(20) AFTER name")
+                self.added.add((DBS[0], "items", "extra"))
+            if i == rounds // 2:
+                self.sql(f"ALTER TABLE `{DBS[1]}`.`pairs` DROP COLUMN note")
+                self.dropped.add((DBS[1], "pairs", "note"))
+                for row in self.keys[(DBS[1], "pairs")]:
+                    row.pop("note", None)
+            if i == 2 * rounds // 3:
+                self.sql(f"TRUNCATE TABLE `{DBS[1]}`.`logs`")
+                self.keys[(DBS[1], "logs")].clear()
+                self.truncates[f"{DBS[1]}.logs"] += 1
+            if self.rng.random() < 0.03:
+                self.server.flush_logs()
+
+
+# -- the server's tables in the sink's JSON value mapping ------------------------------------------------------------
+
+def server_tables(server: PrivateMariaDB) -> dict[str, object]:
+    """db.table -> {key JSON: row} (keyed tables) or Counter of row JSON (tables without a key)."""
+    out = {}
+    with server.connect() as conn, conn.cursor() as cur:
+        for db in DBS:
+            for table, (_body, key) in TABLES.items():
+                cur.execute("SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, DATETIME_PRECISION FROM "
+                            "information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                            "ORDER BY ORDINAL_POSITION", (db, table))
+                cols = cur.fetchall()
+                cur.execute(f"SELECT * FROM `{db}`.`{table}`")
+                rows = [{c[0]: _json_value(v, c[1], c[2], c[3]) for c, v in zip(cols, r, strict=True)}
+                        for r in cur.fetchall()]
+                if key:
+                    out[f"{db}.{table}"] = {_key_json(row, key): row for row in rows}
+                else:
+                    out[f"{db}.{table}"] = Counter(_canon(row) for row in rows)
+    return out
+
+
+def _json_value(v, data_type: str, column_type: str, fsp):
+    if v is None:
+        return None
+    if (data_type == "bigint" and "unsigned" in column_type) or data_type == "decimal":
+        return str(v)
+    if isinstance(v, dt.datetime):
+        text = v.isoformat(timespec="microseconds")
+        return text + "Z" if data_type == "timestamp" else text
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    if isinstance(v, dt.timedelta):
+        sign = "-" if v < dt.timedelta(0) else ""
+        us = abs(v) // dt.timedelta(microseconds=1)
+        s, us = divmod(us, 1_000_000)
+        text = f"{sign}{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        return text + f".{us:06d}"[: 1 + fsp] if fsp else text
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    return v
+
+
+def _key_json(row: dict, key: list[str]) -> str:
+    return json.dumps({k: row[k] for k in key}, sort_keys=True, ensure_ascii=False)
+
+
+def _canon(row: dict) -> str:
+    return json.dumps(row, sort_keys=True, ensure_ascii=False)
+
+
+# -- the consumer side -----------------------------------------------------------------------------------------------
+
+def rebuild(records: list[Record], prefix: str) -> tuple[dict, Counter, list[dict]]:
+    """Apply every change event in partition order: db.table -> state (as server_tables), counts per (table, op),
+    and the schema-change events."""
+    state: dict[str, object] = {}
+    counts: Counter = Counter()
+    schema_changes = []
+    by_partition: dict[tuple[str, int], set] = defaultdict(set)  # keys last written from each partition
+    for rec in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        if rec.topic == f"{prefix}.schema-changes":
+            schema_changes.append(json.loads(rec.value))
+            continue
+        table = rec.topic[len(prefix) + 1:]
+        if rec.value is None:  # a tombstone: the delete before it already removed the key
+            assert rec.key is not None
+            assert _norm_key(rec.key) not in state.get(table, {}), f"{table}: tombstone for a live key {rec.key}"
+            continue
+        ev = json.loads(rec.value)
+        op = ev["op"]
+        counts[(table, op)] += 1
+        assert ev["source"]["db"] + "." + ev["source"]["table"] == table
+        if rec.key is None:  # a table without a key: a multiset of rows, all on partition 0
+            rows = state.setdefault(table, Counter())
+            if op == "t":
+                if rec.partition == 0:
+                    rows.clear()
+                continue
+            assert rec.partition == 0
+            if op in ("u", "d"):
+                before = _canon(ev["before"])
+                assert rows[before] > 0, f"{table}: {op} of a row that is not there: {before}"
+                rows[before] -= 1
+                if not rows[before]:
+                    del rows[before]
+            if op in ("c", "u"):
+                rows[_canon(ev["after"])] += 1
+            continue
+        rows = state.setdefault(table, {})
+        key = _norm_key(rec.key)
+        if op in ("c", "u", "r"):
+            rows[key] = ev["after"]
+            by_partition[(table, rec.partition)].add(key)
+        elif op == "d":
+            assert key in rows, f"{table}: delete of an unknown key {key}"
+            del rows[key]
+    return state, counts, schema_changes
+
+
+def _norm_key(raw: bytes) -> str:
+    return json.dumps(json.loads(raw), sort_keys=True, ensure_ascii=False)
+
+
+def project(state: dict, server: dict) -> dict:
+    """The consumer's rows on the server's current columns (a column added later is null in rows not changed since;
+    a dropped one is left out), as a Debezium consumer without schema handling sees them."""
+    out = {}
+    for table, rows in server.items():
+        mine = state.get(table, Counter() if isinstance(rows, Counter) else {})
+        columns = None
+        sample = next(iter(rows.values()), None) if isinstance(rows, dict) else None
+        if isinstance(rows, Counter):
+            columns = list(json.loads(next(iter(rows)))) if rows else None
+            out[table] = Counter()
+            for text, n in mine.items():
+                row = json.loads(text)
+                out[table][_canon({c: row.get(c) for c in columns} if columns else row)] += n
+        else:
+            columns = list(sample) if sample else None
+            out[table] = {k: ({c: v.get(c) for c in columns} if columns else v) for k, v in mine.items()}
+    return out
+
+
+def binlog_counts(files: list[Path], truncates: Counter) -> Counter:
+    """Expected events per (db.table, op) from the binlog itself: insert c, delete d, update u, or d + c when the
+    update changes the row identity (as the sink documents); TRUNCATE t."""
+    counts: Counter = Counter()
+    decoder = BinlogDecoder(DecodeOptions(databases=set(DBS)))
+    for change in decoder.decode_files([str(f) for f in files]):
+        table = change.table
+        name = f"{table.database}.{table.table}"
+        if change.op == "insert":
+            counts[(name, "c")] += 1
+        elif change.op == "delete":
+            counts[(name, "d")] += 1
+        else:
+            key = TABLES[table.table][1]
+            names = [c.name for c in table.columns]
+            if key and [change.before[names.index(k)] for k in key] != [change.after[names.index(k)] for k in key]:
+                counts[(name, "d")] += 1
+                counts[(name, "c")] += 1
+            else:
+                counts[(name, "u")] += 1
+    for name, n in truncates.items():
+        counts[(name, "t")] += n
+    return counts
+
+
+def publish_cli(bootstrap: str, source: Path, prefix: str, *extra: str, env: dict | None = None,
+                check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "binlake.cli", "publish", "--source", f"local:{source}", "--kafka", bootstrap,
+           "--topic-prefix", prefix, "--databases", ",".join(DBS), "--no-progress", *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600,
+                          cwd=PROJECT_ROOT)
+    if check:
+        assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def change_ids(records: list[Record], prefix: str) -> Counter:
+    """Each change event's identity: topic, binlog file, position, offset in a payload, row, op."""
+    ids = Counter()
+    for rec in records:
+        if rec.value is None or rec.topic == f"{prefix}.schema-changes":
+            continue
+        ev = json.loads(rec.value)
+        s = ev["source"]
+        ids[(rec.topic, rec.partition if ev["op"] == "t" else None, s["file"], s["pos"], s["sub"], s["row"],
+             ev["op"])] += 1
+    return ids
+
+
+@pytest.fixture(scope="module")
+def workload_binlogs(mariadb_full: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory):
+    """The seeded workload's closed binlog files, copied to their own directory, and the workload."""
+    mariadb_full.flush_logs()
+    first = len(mariadb_full.binlog_files()) - 1  # the active file: the workload starts writing here
+    work = Workload(mariadb_full, seed=2020)
+    work.run(rounds=400)
+    files = mariadb_full.flush_logs()[first:]
+    out = tmp_path_factory.mktemp("k20_binlogs")
+    for f in files:
+        shutil.copy(f, out / f.name)
+    return out, work
+
+
+def test_publish_rebuilds_every_table(kafka_broker: PrivateKafka, mariadb_full: PrivateMariaDB,
+                                      workload_binlogs) -> None:
+    source, work = workload_binlogs
+    files = sorted(source.iterdir())
+    assert len(files) >= 3, "the workload rotates the binlog: several files"
+    prefix = "k20main"
+    done = publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb", "0.05", "--partitions", "4")
+    assert "published" in done.stdout
+    records = read_topics(kafka_broker.bootstrap, prefix)
+    state, counts, schema_changes = rebuild(records, prefix)
+    expected = server_tables(mariadb_full)
+    assert project(state, expected) == expected
+    # Events per table and op equal the binlog's (key moves as d + c, TRUNCATE as one t per partition).
+    partitions = {f"{db}.{t}": 4 for db in DBS for t in TABLES}
+    per_partition = Counter({(t, op): n * (partitions[t] if op == "t" else 1)
+                             for (t, op), n in binlog_counts(files, work.truncates).items()})
+    assert counts == per_partition
+    assert counts[(f"{DBS[0]}.items", "u")] and counts[(f"{DBS[0]}.items", "d")] and work.truncates
+    # A tombstone after every delete, on the deleted key.
+    tombstones = Counter(r.topic[len(prefix) + 1:] for r in records
+                         if r.value is None and not r.topic.endswith("schema-changes"))
+    assert tombstones == Counter({t: n for (t, op), n in counts.items() if op == "d" and TABLES[t.split(".")[1]][1]})
+    # Every key on one partition, its changes in binlog order.
+    seen: dict[tuple[str, bytes], int] = {}
+    last: dict[tuple[str, bytes], tuple] = {}
+    for rec in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        if rec.key is None or rec.value is None or rec.topic.endswith("schema-changes"):
+            continue
+        k = (rec.topic, rec.key)
+        assert seen.setdefault(k, rec.partition) == rec.partition, f"{k} on two partitions"
+        s = json.loads(rec.value)["source"]
+        at = (s["file"], s["pos"], s["sub"], s["row"])
+        assert at >= last.get(k, at), f"{k}: {at} after {last[k]}"
+        last[k] = at
+    assert len(set(seen.values())) > 1, "keys spread over several partitions"
+    # Schema changes: the DDL with the resolved columns.
+    alters = {c["ddl"]: c for c in schema_changes if c["ddl"].startswith("ALTER")}
+    added = next(c for d, c in alters.items() if "ADD COLUMN extra" in d)["tableChanges"][0]
+    assert added["type"] == "ALTER" and added["id"] == f"{DBS[0]}.items"
+    assert [c["name"] for c in added["table"]["columns"]][:4] == ["id", "price", "name", "extra"]
+    assert added["table"]["primaryKeyColumnNames"] == ["id"]
+    dropped = next(c for d, c in alters.items() if "DROP COLUMN note" in d)["tableChanges"][0]
+    assert [c["name"] for c in dropped["table"]["columns"]] == ["a", "b", "v"]
+    creates = [c for c in schema_changes if c["ddl"].startswith("CREATE TABLE")]
+    assert {c["tableChanges"][0]["id"] for c in creates} == {f"{db}.{t}" for db in DBS for t in TABLES}
+    # Exactly once, and a second run publishes nothing.
+    assert max(change_ids(records, prefix).values()) == 1
+    before = read_topics(kafka_broker.bootstrap, prefix, isolation="read_uncommitted", include_offsets=True)
+    again = publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb", "0.05")
+    assert "nothing new to publish" in again.stdout
+    after = read_topics(kafka_broker.bootstrap, prefix, isolation="read_uncommitted", include_offsets=True)
+    assert sorted((r.topic, r.partition, r.offset) for r in after) == sorted(
+        (r.topic, r.partition, r.offset) for r in before)
+
+
+def test_publisher_killed_at_random_points_delivers_each_change_once(
+        kafka_broker: PrivateKafka, mariadb_full: PrivateMariaDB, workload_binlogs) -> None:
+    source, _work = workload_binlogs
+    reference = "k20ref"
+    publish_cli(kafka_broker.bootstrap, source, reference, "--batch-mb", "0.005")
+    ref_records = read_topics(kafka_broker.bootstrap, reference)
+    ref_ids = change_ids(ref_records, reference)
+    batches = len(read_topics(kafka_broker.bootstrap, reference, include_offsets=True)) - len(ref_records)
+    assert batches > 20
+    steps = len(ref_records) + 2 * batches  # a step: each record, and just before and after each commit
+    rng = random.Random(20)
+    prefix = "k20kill"
+    kills = []
+    for _ in range(10):
+        at = rng.randint(1, max(2, steps // 14))
+        done = publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb", "0.005",
+                           env={KILL_AT_ENV: str(at)}, check=False)
+        kills.append((at, done.returncode))
+    assert [rc for _, rc in kills] == [-9] * 10, f"every run killed by SIGKILL: {kills}"
+    publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb", "0.005")
+    records = read_topics(kafka_broker.bootstrap, prefix)
+    ids = change_ids(records, prefix)
+    renamed = Counter({(t.replace(reference, prefix, 1), *rest): n for (t, *rest), n in ref_ids.items()})
+    assert ids == renamed, "each change exactly once, as in the uninterrupted run"
+    state, _counts, _schema = rebuild(records, prefix)
+    expected = server_tables(mariadb_full)
+    assert project(state, expected) == expected
+    # The kills did cut transactions short: their records are on the broker, visible only uncommitted.
+    uncommitted = read_topics(kafka_broker.bootstrap, prefix, isolation="read_uncommitted")
+    assert len([r for r in uncommitted if r.value is not None]) > len([r for r in records if r.value is not None])
+    assert "nothing new to publish" in publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb",
+                                                   "0.02").stdout
