@@ -63,6 +63,14 @@ class ColumnType:
     width: Callable[[Column], int] | None = None  # bytes of a fixed-width value
     prefix: Callable[[Column], int] | None = None  # bytes of a variable-length value's length
     charset: bool = False  # values are text in the column's charset (bytes for the binary collation)
+    # TABLE_MAP optional metadata, (MySQL, MariaDB): whether a column of this type takes a bit of SIGNEDNESS and an
+    # entry of DEFAULT_CHARSET/COLUMN_CHARSET. MySQL: its is_numeric_type() (integers, FLOAT, DOUBLE, NEWDECIMAL;
+    # not YEAR or BIT) and is_character_type() (VECTOR since 9.0; not GEOMETRY). MariaDB: every numeric field
+    # (Field_num: also YEAR and the pre-5.0 DECIMAL) and every field with a character set (also GEOMETRY and the
+    # COMPRESSED columns, not VECTOR); checked on MariaDB 10.11.
+    signedness: tuple[bool, bool] = (False, False)
+    charset_meta: tuple[bool, bool] = (False, False)
+    fsp_from_schema: bool = False  # MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: precision not in the TABLE_MAP
     ddl: tuple[str, ...] = ()  # DDL data types (as the DDL parser names them) MySQL logs with this code
 
     @property
@@ -134,19 +142,20 @@ def _integer(code: int, name: str, s: Any, u: Any, codes: tuple[str, str] | None
              arrow: tuple[str, str], ddl: tuple[str, ...], rowgen: Callable) -> ColumnType:
     return ColumnType(code, name, Meta.NONE, INT, reference=_signed(s, u),
                       columnar=columnar.plan_struct if codes else columnar.plan_cached, rowgen=rowgen,
-                      arrow=_signed(*arrow), struct=codes, width=_const(size), ddl=ddl)
+                      arrow=_signed(*arrow), struct=codes, width=_const(size), ddl=ddl, signedness=_BOTH)
 
 
 def _blob(code: int, name: str) -> ColumnType:
     return ColumnType(code, name, Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
                       rowgen=rowcodegen.emit_blob, arrow=_text_or_binary, meta_ok=_pack_ok, prefix=_meta_prefix,
-                      charset=True)
+                      charset=True, charset_meta=_BOTH)
 
 
 _REF = rowcodegen.emit_reference
+_BOTH, _MYSQL, _MARIADB = (True, True), (True, False), (False, True)
 
 _ENTRIES = [
-    ColumnType(T.DECIMAL, "DECIMAL (pre-5.0)", Meta.BE16, None),  # never written by a supported server
+    ColumnType(T.DECIMAL, "DECIMAL (pre-5.0)", Meta.BE16, None, signedness=_MARIADB),  # never written by a supported server
     _integer(T.TINY, "TINYINT", values._tiny_s, values._tiny_u, ("b", "B"), 1, ("int8", "int16"),
              ("tinyint",), rowcodegen.emit_tiny),
     _integer(T.SHORT, "SMALLINT", values._short_s, values._short_u, ("h", "H"), 2, ("int16", "int32"),
@@ -161,17 +170,18 @@ _ENTRIES = [
                reference=lambda col: values.make_decimal(col.precision, col.scale),
                columnar=columnar.plan_decimal, rowgen=rowcodegen.emit_decimal,
                arrow=lambda col: f"decimal128({col.precision}, {col.scale})" if col.precision <= 38 else "string",
-               width=lambda col: values.decimal_groups(col.precision, col.scale)[2], ddl=("decimal", "numeric")),
+               width=lambda col: values.decimal_groups(col.precision, col.scale)[2], ddl=("decimal", "numeric"),
+               signedness=_BOTH),
     ColumnType(T.FLOAT, "FLOAT", Meta.BYTE, FLOAT32, reference=_const(values._float), columnar=columnar.plan_struct,
                rowgen=rowcodegen.emit_struct, arrow=_const("float32"), struct=("f", "f"), width=_const(4),
-               ddl=("float",)),
+               ddl=("float",), signedness=_BOTH),
     ColumnType(T.DOUBLE, "DOUBLE", Meta.BYTE, FLOAT64, reference=_const(values._double),
                columnar=columnar.plan_struct, rowgen=rowcodegen.emit_struct, arrow=_const("float64"),
-               struct=("d", "d"), width=_const(8), ddl=("double", "real")),
+               struct=("d", "d"), width=_const(8), ddl=("double", "real"), signedness=_BOTH),
     ColumnType(T.NULL, "NULL", Meta.NONE, None),  # a NULL-typed column (never in a table)
     ColumnType(T.YEAR, "YEAR", Meta.NONE, YEAR, reference=_const(values._year), columnar=columnar.plan_year,
                rowgen=rowcodegen.emit_year, arrow=_const("int16"), struct=("B", "B"),
-               merge_fix="if {v}: {v} += 1900", width=_const(1), ddl=("year",)),
+               merge_fix="if {v}: {v} += 1900", width=_const(1), ddl=("year",), signedness=_MARIADB),
     ColumnType(T.DATE, "DATE", Meta.NONE, DATE, reference=_const(values._date), columnar=columnar.plan_cached,
                rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3), ddl=("date",)),
     ColumnType(T.NEWDATE, "DATE (NEWDATE)", Meta.NONE, DATE, reference=_const(values._date),
@@ -181,17 +191,17 @@ _ENTRIES = [
     ColumnType(T.TIME, "TIME (old)", Meta.NONE, TIME,
                reference=lambda col: values.make_maria_time_hires(col.meta) if col.meta else values._time_old,
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
-               width=lambda col: values.MARIA_TIME_BYTES[col.meta]),
+               width=lambda col: values.MARIA_TIME_BYTES[col.meta], fsp_from_schema=True),
     ColumnType(T.DATETIME, "DATETIME (old)", Meta.NONE, DATETIME,
                reference=lambda col: (values.make_maria_datetime_hires(col.meta) if col.meta
                                       else values._datetime_old),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us]"), meta_ok=_fsp_ok,
-               width=lambda col: values.MARIA_DATETIME_BYTES[col.meta]),
+               width=lambda col: values.MARIA_DATETIME_BYTES[col.meta], fsp_from_schema=True),
     ColumnType(T.TIMESTAMP, "TIMESTAMP (old)", Meta.NONE, TIMESTAMP,
                reference=lambda col: (values.make_maria_timestamp_hires(col.meta) if col.meta
                                       else values._timestamp_old),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us, UTC]"), meta_ok=_fsp_ok,
-               width=lambda col: values.MARIA_TIMESTAMP_BYTES[col.meta]),
+               width=lambda col: values.MARIA_TIMESTAMP_BYTES[col.meta], fsp_from_schema=True),
     ColumnType(T.TIME2, "TIME", Meta.BYTE, TIME, reference=lambda col: values.make_time2(col.meta),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
                width=lambda col: 3 + (col.meta + 1) // 2, ddl=("time",)),
@@ -209,13 +219,13 @@ _ENTRIES = [
                meta_ok=lambda m: (m >> 8) <= 8 and (m & 0xFF) <= 7, width=_bit_width, ddl=("bit",)),
     ColumnType(T.VARCHAR, "VARCHAR", Meta.LE16, TEXT, reference=_text_reference, columnar=columnar.plan_text,
                rowgen=rowcodegen.emit_text, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
-               ddl=("varchar", "varbinary")),
+               charset_meta=_BOTH, ddl=("varchar", "varbinary")),
     ColumnType(T.VAR_STRING, "VARCHAR (VAR_STRING)", Meta.LE16, TEXT, reference=_text_reference,
                columnar=columnar.plan_text, rowgen=rowcodegen.emit_text, arrow=_text_or_binary,
-               prefix=_char_prefix, charset=True),
+               prefix=_char_prefix, charset=True, charset_meta=_BOTH),
     ColumnType(T.STRING, "CHAR", Meta.STRING, TEXT, reference=_string_reference, columnar=columnar.plan_string,
                rowgen=rowcodegen.emit_string, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
-               ddl=("char", "binary")),
+               charset_meta=_BOTH, ddl=("char", "binary")),
     ColumnType(T.ENUM, "ENUM", Meta.BE16, ENUM, reference=lambda col: values.make_enum(col.meta, col.enum_labels),
                columnar=columnar.plan_enum, rowgen=rowcodegen.emit_enum, arrow=_const("string"),
                meta_ok=lambda m: m in (1, 2), width=_meta_prefix, ddl=("enum",)),
@@ -227,31 +237,47 @@ _ENTRIES = [
     _blob(T.LONG_BLOB, "LONGBLOB"),
     ColumnType(T.BLOB, "BLOB/TEXT", Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
                rowgen=rowcodegen.emit_blob, arrow=_text_or_binary, meta_ok=_pack_ok, prefix=_meta_prefix,
-               charset=True, ddl=("tinyblob", "tinytext", "blob", "text", "mediumblob", "mediumtext", "longblob",
+               charset=True, charset_meta=_BOTH, ddl=("tinyblob", "tinytext", "blob", "text", "mediumblob", "mediumtext", "longblob",
                                   "longtext")),
     ColumnType(T.JSON, "JSON", Meta.BYTE, JSON, reference=lambda col: values.make_json(col.meta or 4),
                columnar=columnar.plan_json, rowgen=_REF, arrow=_const("string"), meta_ok=_pack_ok,
                prefix=_meta_or_4, ddl=("json",)),
     ColumnType(T.GEOMETRY, "GEOMETRY", Meta.BYTE, GEOMETRY,
                reference=lambda col: values.make_length_prefixed(col.meta or 4, None), columnar=columnar.plan_bytes,
-               rowgen=_REF, arrow=_const("binary"), meta_ok=_pack_ok, prefix=_meta_or_4,
+               rowgen=_REF, arrow=_const("binary"), meta_ok=_pack_ok, prefix=_meta_or_4, charset_meta=_MARIADB,
                ddl=("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                     "geometrycollection", "geomcollection")),
     # MySQL 9's VECTOR (MariaDB's vectors are VARBINARY with the logical type "vector"): always wrapped.
     ColumnType(T.VECTOR, "VECTOR", Meta.BYTE, VECTOR, reference=_wrapped_reference, columnar=columnar.plan_bytes,
-               rowgen=_REF, arrow=_const("list<float32>"), meta_ok=_pack_ok, prefix=_meta_or_4, ddl=("vector",)),
+               rowgen=_REF, arrow=_const("list<float32>"), meta_ok=_pack_ok, prefix=_meta_or_4, ddl=("vector",),
+               charset_meta=_MYSQL),
     # MariaDB COMPRESSED columns: always wrapped (the bytes are inflated, then decoded as text or kept as bytes).
     ColumnType(T.BLOB_COMPRESSED, "BLOB/TEXT COMPRESSED", Meta.BYTE, TEXT, reference=_wrapped_reference,
                columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, meta_ok=lambda m: 1 <= m <= 4,
-               prefix=_meta_prefix, charset=True),
+               prefix=_meta_prefix, charset=True, charset_meta=_MARIADB),
     ColumnType(T.VARCHAR_COMPRESSED, "VARCHAR COMPRESSED", Meta.LE16, TEXT, reference=_wrapped_reference,
-               columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, prefix=_char_prefix, charset=True),
+               columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
+               charset_meta=_MARIADB),
     ColumnType(T.TYPED_ARRAY, "TYPED_ARRAY", Meta.TYPED, None),  # MySQL multi-valued index arrays: not decoded
 ]
 
 TYPES: dict[int, ColumnType] = {e.code: e for e in _ENTRIES}
 # DDL data type -> the code MySQL logs it with (schema/binlog_types.py adds MariaDB's and old servers' variations).
 DDL_TYPES: dict[str, int] = {name: e.code for e in _ENTRIES for name in e.ddl}
+
+
+_SIGNEDNESS = tuple(frozenset(e.code for e in _ENTRIES if e.signedness[m]) for m in (0, 1))
+_CHARSET_META = tuple(frozenset(e.code for e in _ENTRIES if e.charset_meta[m]) for m in (0, 1))
+
+
+def signedness_types(mariadb: bool) -> frozenset[int]:
+    """The column types the SIGNEDNESS bitmap has a bit for, on MariaDB or on MySQL (in column order)."""
+    return _SIGNEDNESS[mariadb]
+
+
+def character_types(mariadb: bool) -> frozenset[int]:
+    """The column types the charset metadata has an entry for, on MariaDB or on MySQL (ENUM/SET are separate)."""
+    return _CHARSET_META[mariadb]
 
 
 def ddl_names(value: str) -> frozenset[str]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from .constants import HEADER_LEN, ROWS_EVENTS, ColumnType, EventType, RowsKind, event_name
+from .coltypes import TYPES
+from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
 from .errors import (
     BinlogError,
     CorruptEvent,
@@ -57,7 +58,8 @@ _GTID_TYPES = frozenset({EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTI
 # Written only by MySQL 4.x (binlog format v3): a version-4 binlog never holds them.
 _PRE_V4_TYPES = frozenset({EventType.LOAD, EventType.SLAVE, EventType.CREATE_FILE, EventType.EXEC_LOAD,
                            EventType.NEW_LOAD})
-_OLD_TEMPORAL = frozenset({ColumnType.TIME, ColumnType.DATETIME, ColumnType.TIMESTAMP})
+# MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: their precision comes from the schema, not the TABLE_MAP.
+_OLD_TEMPORAL = frozenset(code for code, spec in TYPES.items() if spec.fsp_from_schema)
 
 
 class _Unreadable:

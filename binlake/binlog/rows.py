@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .charsets import decode_text
-from .coltypes import TYPES, Meta, codecs_for
+from .coltypes import TYPES, Meta, character_types, codecs_for, signedness_types
 from .columnar import ColumnarPairs, EventPlan, decode_event
 from .constants import ColumnType as T
 from .constants import EventType, RowsKind, TableMapMeta
@@ -16,7 +16,7 @@ from .fde import FormatDescription
 from .jsonb import apply_json_diffs, decode_jsonb, parse_json_diffs, to_json_text
 from .packing import BodyError, need, packed_int, take
 from .rowcodegen import compile_image_decoder
-from .tablemap import Column, TableMap, character_types, signedness_types
+from .tablemap import Column, TableMap
 from .values import ABSENT, ValueError_, string_real_type
 
 U16 = struct.Struct("<H")

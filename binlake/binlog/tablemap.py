@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .constants import BINARY_COLLATION, ColumnType
+from .constants import BINARY_COLLATION
 
 
 @dataclass
@@ -49,45 +49,6 @@ class Column:
     @property
     def scale(self) -> int:
         return self.meta & 0xFF
-
-
-INTEGER_TYPES = frozenset({ColumnType.TINY, ColumnType.SHORT, ColumnType.INT24, ColumnType.LONG, ColumnType.LONGLONG})
-# Types whose signedness bit appears in SIGNEDNESS metadata, one bit per such column in column order.
-# MySQL: its is_numeric_type() list, integers, FLOAT, DOUBLE and NEWDECIMAL (YEAR and BIT are not in it).
-NUMERIC_TYPES = frozenset(INTEGER_TYPES | {ColumnType.FLOAT, ColumnType.DOUBLE, ColumnType.NEWDECIMAL})
-# MariaDB: every column whose field is a numeric field (Field_num), which also covers YEAR (a TINYINT UNSIGNED
-# underneath) and the pre-5.0 DECIMAL; BIT is not one. Checked on MariaDB 10.11: a YEAR column takes a bit.
-MARIADB_NUMERIC_TYPES = frozenset(NUMERIC_TYPES | {ColumnType.YEAR, ColumnType.DECIMAL})
-
-
-def signedness_types(mariadb: bool) -> frozenset[int]:
-    """The column types the SIGNEDNESS bitmap has a bit for, on MariaDB or on MySQL."""
-    return MARIADB_NUMERIC_TYPES if mariadb else NUMERIC_TYPES
-# Types carrying a character set in DEFAULT_CHARSET/COLUMN_CHARSET metadata (ENUM/SET are separate).
-# MySQL: its is_character_type() list (VECTOR since 9.0; GEOMETRY is not in it).
-CHARACTER_TYPES = frozenset(
-    {
-        ColumnType.STRING,
-        ColumnType.VAR_STRING,
-        ColumnType.VARCHAR,
-        ColumnType.BLOB,
-        ColumnType.TINY_BLOB,
-        ColumnType.MEDIUM_BLOB,
-        ColumnType.LONG_BLOB,
-        ColumnType.VECTOR,
-    }
-)
-# MariaDB: every field with a character set, which includes GEOMETRY (binary) and the COMPRESSED columns.
-# Checked on MariaDB 10.11: a GEOMETRY column takes an entry of COLUMN_CHARSET.
-MARIADB_CHARACTER_TYPES = frozenset(
-    (CHARACTER_TYPES - {ColumnType.VECTOR})
-    | {ColumnType.GEOMETRY, ColumnType.BLOB_COMPRESSED, ColumnType.VARCHAR_COMPRESSED}
-)
-
-
-def character_types(mariadb: bool) -> frozenset[int]:
-    """The column types the charset metadata has an entry for, on MariaDB or on MySQL."""
-    return MARIADB_CHARACTER_TYPES if mariadb else CHARACTER_TYPES
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..binlog import coltypes as ct
+from ..binlog.coltypes import TYPES
 from ..binlog.constants import ColumnType as T
 from ..binlog.errors import SchemaMismatch
 from ..binlog.tablemap import Column, TableMap
@@ -82,20 +84,21 @@ def apply_version(tm: TableMap, version: TableDef, version_id: str) -> TableMap:
 def _enrich(col: Column, cdef) -> None:
     if col.name is None:
         col.name = cdef.name
-    if col.signed is None and col.type in (T.TINY, T.SHORT, T.INT24, T.LONG, T.LONGLONG, T.FLOAT, T.DOUBLE,
-                                           T.NEWDECIMAL):
+    spec = TYPES.get(col.type)
+    if spec is None:
+        return
+    if col.signed is None and spec.signedness[0]:  # a type with a sign (MySQL's SIGNEDNESS types)
         col.signed = not cdef.unsigned
-    if col.collation is None and col.type in (T.STRING, T.VARCHAR, T.VAR_STRING, T.BLOB, T.VARCHAR_COMPRESSED,
-                                              T.BLOB_COMPRESSED):
+    if col.collation is None and spec.charset:
         col.collation = collation_id(cdef)
-    if col.type in (T.TIME, T.DATETIME, T.TIMESTAMP) and not col.meta and cdef.fsp:
+    if spec.fsp_from_schema and not col.meta and cdef.fsp:
         col.meta = cdef.fsp  # MariaDB 5.3 hires format: the binlog does not carry the precision
     if col.logical is None and cdef.data_type in LOGICAL_TYPES:
         col.logical = LOGICAL_TYPES[cdef.data_type]
         if col.collation is None:
             col.collation = 63  # binary storage
     if cdef.labels is not None:
-        if col.type == T.ENUM and col.enum_labels is None:
+        if spec.value == ct.ENUM and col.enum_labels is None:
             col.enum_labels = list(cdef.labels)
-        elif col.type == T.SET and col.set_labels is None:
+        elif spec.value == ct.SET and col.set_labels is None:
             col.set_labels = list(cdef.labels)

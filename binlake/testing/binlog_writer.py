@@ -39,7 +39,7 @@ from decimal import Decimal
 from typing import Any, BinaryIO
 
 from binlake.binlog.charsets import COLLATION_IDS, charset_of, codec_of, decode_mysql_latin1, encode_mysql_latin1
-from binlake.binlog.coltypes import TYPES, Meta
+from binlake.binlog.coltypes import TYPES, Meta, character_types, signedness_types
 from binlake.binlog.constants import (
     BINARY_COLLATION,
     BINLOG_CHECKSUM_ALG_CRC32,
@@ -56,7 +56,7 @@ from binlake.binlog.constants import EventType as E
 from binlake.binlog.constants import TableMapMeta as M
 from binlake.binlog.jsonb import encode_jsonb
 from binlake.binlog.packing import encode_packed_int
-from binlake.binlog.tablemap import Column, TableMap, character_types, signedness_types
+from binlake.binlog.tablemap import Column, TableMap
 
 __all__ = ["BinlogWriter", "GtidSet", "Transaction", "column", "packed_int"]
 

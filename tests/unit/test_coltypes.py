@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import random
-import re
 import struct
 from pathlib import Path
 
@@ -16,12 +15,15 @@ import pytest
 from binlake.binlog import coltypes
 from binlake.binlog.coltypes import LOGICAL, TYPES, Meta, codecs_for, column_decoder, plan_column
 from binlake.binlog.constants import ColumnType as T
+from binlake.binlog.fde import default_format_description
 from binlake.binlog.rowcodegen import compile_image_decoder
+from binlake.binlog.rows import parse_table_map
 from binlake.binlog.tablemap import Column, TableMap
 from binlake.binlog.values import ValueError_
 from binlake.lake.convert import arrow_type
 from binlake.schema.binlog_types import binlog_shape, table_map_for
 from binlake.schema.ddl import parse_create_table
+from binlake.testing.binlog_writer import ENCODERS, _table_map_body
 from tests.conftest import PROJECT_ROOT
 
 DECODED = {code: spec for code, spec in TYPES.items() if spec.decodable}
@@ -114,35 +116,58 @@ def test_impossible_metadata_is_rejected_by_the_entry() -> None:
 
 # Modules that once spelled out per-type chains; each now reads binlake/binlog/coltypes.py.
 CONSUMERS = ["binlake/binlog/rows.py", "binlake/binlog/values.py", "binlake/binlog/columnar.py",
-             "binlake/binlog/rowcodegen.py", "binlake/binlog/output.py", "binlake/lake/convert.py"]
-
-
-# A column's type code compared: `col.type == ...`, `c.type in ...`, `t == T.X`, or a `T.X` constant.
-TYPE_TEST = re.compile(r"\b(col|c|column|cols\[\w+\])\.type\b|\bt (==|!=|in|not in)\b|\bT\.[A-Z]")
+             "binlake/binlog/rowcodegen.py", "binlake/binlog/output.py", "binlake/binlog/decoder.py",
+             "binlake/binlog/tablemap.py", "binlake/lake/convert.py", "binlake/schema/guard.py",
+             "binlake/schema/binlog_types.py"]
 
 
 def _type_code_tests(path: Path) -> list[str]:
-    """`if` tests that compare a column type code (`.type ==`, `t in (T.X, ...)`, `T.X`) in a module."""
+    """Comparisons with a column type code constant (`t == T.JSON`, `col.type in (T.ENUM, T.SET)`) in a module:
+    the per-type chains the registry replaces."""
     found = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, (ast.If, ast.IfExp)):
-            text = ast.unparse(node.test)
-            if TYPE_TEST.search(text):
-                found.append(f"{path.name}:{node.lineno}: {text}")
+        if isinstance(node, ast.Compare):
+            names = {n.value.id for n in ast.walk(node)
+                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr.isupper()}
+            if names & {"T", "ColumnType"}:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     return found
 
 
 @pytest.mark.parametrize("module", CONSUMERS)
 def test_consumers_keep_no_type_code_chains(module: str) -> None:
     found = _type_code_tests(PROJECT_ROOT / module)
-    # rows.py: the TABLE_MAP's optional metadata is laid out by type (labels of ENUM and SET columns, JSON diffs,
-    # MariaDB's YEAR signedness bit: the metadata format's own structure); values.py: which stored bytes get one
+    # rows.py: the TABLE_MAP's optional metadata is laid out by type (labels of ENUM and SET columns, geometry
+    # types, vector dimensions, JSON diffs, MariaDB's YEAR signedness bit: the metadata format's own structure);
+    # values.py: which stored bytes get one
     # more step (COMPRESSED columns, vectors, padded BINARY for INET/UUID).
-    allowed = {"rows.py": ("ENUM", "SET", "JSON", "T.YEAR"),
+    allowed = {"rows.py": ("ENUM", "SET", "JSON", "T.YEAR", "T.GEOMETRY", "T.VECTOR"),
                "values.py": ("COMPRESSED_TYPES", "T.VECTOR", "T.STRING")}
     left = [f for f in found if not any(a in f for a in allowed.get(Path(module).name, ()))]
     assert not left, f"{module} tests column type codes itself; read binlake/binlog/coltypes.py instead: {left}"
+
+
+def test_the_test_writer_encodes_registry_types() -> None:
+    """The test binlog writer (binlake/testing, above the product's layers, so it keeps its own encoder table)
+    encodes only types the registry decodes, and writes their metadata by the registry's layout: a TABLE_MAP it
+    writes reads back with the same types and metadata."""
+    assert set(ENCODERS) <= set(DECODED)
+    rnd = random.Random(3)
+    cols = [_column(code, rnd, i) for i, code in enumerate(sorted(ENCODERS))]
+    for c in cols:
+        c.name = f"c{c.index}"
+        if c.type in (T.JSON, T.GEOMETRY):
+            c.meta = 4
+        if c.type == T.SET and c.meta not in (1, 2, 3, 4, 8):
+            c.meta = 8
+        if c.type == T.BIT:
+            c.meta = 0x0803
+        if c.type == T.STRING:
+            c.meta = min(c.meta, 255) or 4
+    body = _table_map_body(TableMap(7, "db", "t", cols), full=True)
+    tm = parse_table_map(body, 0, len(body), default_format_description())
+    assert [(c.type, c.meta) for c in tm.columns] == [(c.type, c.meta) for c in cols]
 
 
 def test_the_registry_is_read_when_a_table_map_is_compiled_not_per_row() -> None:
