@@ -19,10 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..binlog.coltypes import value_kind
 from ..binlog.constants import ColumnType as T
 from ..binlog.tablemap import TableMap
 from ..schema.model import TableDef
-from .convert import TEMPORAL as TEMPORAL_CODES
+from .convert import TEMPORAL as TEMPORAL_KINDS
 from .convert import UINT64_DECIMAL, ConversionStats, _temporal, arrow_type
 from .history import US_PER_DAY
 
@@ -109,7 +110,7 @@ def stream_select(uri: str, database: str, sql: str, snapshot: bool, batch_rows:
 def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats) -> pa.Array:
     """One column as read to the lake's type for it (the binlog path's mapping)."""
     typ = arrow_type(col)
-    if col.type in TEMPORAL_CODES:
+    if value_kind(col) in TEMPORAL_KINDS:
         strings = arr.cast(pa.string())
         # Zero and partial dates: year 0000 parses, so it is looked for; a zero month or day fails the cast. Either
         # way the careful path (the binlog path's) finds, nulls and counts them.

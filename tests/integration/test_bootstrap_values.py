@@ -17,8 +17,8 @@ from binlake.lake.bootstrap import run_bootstrap
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
-from binlake.quality.config import QualityConfig
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
 
 DB = "boot_values"
 COLUMNS = [
