@@ -55,11 +55,19 @@ def _jvm_running() -> bool:
     return SparkContext._gateway is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
+def submitted_conf():
+    """spark-submit's settings (a SparkConf): empty when this process starts the JVM itself. Under spark-submit
+    the Python side must first connect to the submitted JVM, or SparkConf() reads nothing (pure Python)."""
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._jvm is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        SparkContext._ensure_initialized()
+    return SparkConf()
+
+
 def _delta_submitted(extra_conf: dict) -> bool:
     """Whether Delta reaches the classpath another way: spark.jars / spark.jars.packages given or submitted."""
-    from pyspark import SparkConf
-
-    submitted = SparkConf()
+    submitted = submitted_conf()
     for key in ("spark.jars", "spark.jars.packages"):
         if "delta-spark" in str(extra_conf.get(key) or submitted.get(key, "") or ""):
             return True
@@ -68,9 +76,7 @@ def _delta_submitted(extra_conf: dict) -> bool:
 
 def delta_conf(jars: list[str], extra_conf: dict) -> dict[str, str]:
     """spark.jars plus Delta's extension and catalog, added to what extra_conf (or spark-submit) already sets."""
-    from pyspark import SparkConf
-
-    submitted = SparkConf()  # spark-submit's settings; empty when this process starts the JVM itself
+    submitted = submitted_conf()
 
     def listed(key: str) -> list[str]:
         return [v for v in str(extra_conf.get(key) or submitted.get(key, "") or "").split(",") if v]
@@ -92,8 +98,9 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     masters only), and Delta when its jars are present (see the module docstring).
 
     `master` defaults to $BINLAKE_SPARK_MASTER, then local[*]; under spark-submit the submitted master wins.
-    `delta`: None adds Delta when the jars are there; True requires it (EngineUnavailable, one line naming the
-    jar folder and the setup command, when the jars are neither there nor submitted); False leaves it out.
+    `delta`: None adds Delta when the jars are there or were submitted; True requires it (EngineUnavailable, one
+    line naming the jar folder and the setup command, or under spark-submit the --jars option, when the jars are
+    neither there nor submitted); False leaves it out.
     """
     try:
         from pyspark.sql import SparkSession
@@ -103,11 +110,17 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     # The driver's classpath is fixed when its JVM starts: the jars go in only when this call starts it. Under
     # spark-submit (or after an earlier session) Delta is there only if it was submitted (--jars, --packages).
     jvm_running = _jvm_running()
+    from pyspark import SparkContext
+
+    submitted_jvm = SparkContext._gateway is None and bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
     jars = delta_jars() if delta is not False and not jvm_running else []
     with_delta = bool(jars)
-    if delta and not jars:
+    if not jars and (delta or (delta is None and submitted_jvm)):
         with_delta = _delta_submitted(extra_conf)
-        if not with_delta and not jvm_running:
+        if delta and not with_delta and submitted_jvm:
+            raise EngineUnavailable("the delta-spark engine needs Delta on Spark's classpath: submit the jars of "
+                                    f"{delta_jars_dir()} with spark-submit --jars (comma-separated) or --packages")
+        if delta and not with_delta and not jvm_running:
             raise EngineUnavailable(f"the delta-spark engine needs Delta on Spark's classpath, but "
                                     f"{missing_jars_message()}")
     chosen = master or os.environ.get("BINLAKE_SPARK_MASTER")

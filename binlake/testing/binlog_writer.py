@@ -1126,6 +1126,11 @@ class BinlogWriter:
                                         raw_metadata)
         return tm
 
+    def image(self, table: TableMap | int, values: Sequence[Any]) -> bytes:
+        """One row's encoded image for `table` (null bitmap, then the non-NULL values), as the rows events carry
+        it: for generators that build images from pre-encoded parts (Transaction.images)."""
+        return self._table(table).image(values)
+
     def _table(self, table: TableMap | int) -> _Table:
         tid = table if isinstance(table, int) else table.table_id
         try:
@@ -1367,6 +1372,14 @@ class Transaction:
         """One DELETE statement (DELETE_ROWS_V2) of full before images."""
         t = self.writer._table(table)
         return self._statement(table, E.DELETE_ROWS_V2, (t.image(r) for r in rows))
+
+    def images(self, table: TableMap | int, op: str, images: Iterable[bytes]) -> int:
+        """One statement of pre-encoded row images (BinlogWriter.image gives one; an update's image is the before
+        image followed by the after image), for op 'insert', 'update' or 'delete'; returns the number of rows."""
+        etypes = {"insert": E.WRITE_ROWS_V2, "update": E.UPDATE_ROWS_V2, "delete": E.DELETE_ROWS_V2}
+        if op not in etypes:
+            raise ValueError(f"op must be insert, update or delete, not {op!r}")
+        return self._statement(table, etypes[op], images)
 
     def commit(self) -> None:
         """Ends with XID and writes the transaction out; a transaction without rows writes nothing."""
