@@ -16,8 +16,8 @@ from benchmarks.big_binlog import generate
 from binlake.lake.engines import get_engine
 from binlake.lake.ingest import IngestOptions
 from binlake.lake.layout import LakeLayout
-from binlake.lake.pipeline import run_ingest
-from binlake.quality.config import QualityConfig
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
