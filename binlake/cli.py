@@ -311,7 +311,70 @@ def _held_back(exc, bar=None) -> int:
     return int(ExitCode.QUARANTINED)
 
 
+def cmd_tail(args: argparse.Namespace) -> int:
+    from .sources.tail import run_tail
+
+    start_file = None
+    if args.start_from:
+        start_file, _, pos = args.start_from.partition(":")
+        if not start_file or (pos and not pos.isdigit()):
+            raise UsageError(f"--from takes FILE or FILE:POS, not {args.start_from!r}")
+    import signal
+
+    stopping: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        if stopping:  # a second signal: leave now (the next start cuts any partial transaction)
+            raise KeyboardInterrupt
+        stopping.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    stats = run_tail(args.mysql, args.landing, server_id=args.server_id or 0, start_file=start_file, gtid=args.gtid,
+                     heartbeat=args.heartbeat or 5.0, resume_by=args.resume_by, stop=lambda: bool(stopping),
+                     log=lambda m: print(f"[tail] {_printable(_redacted(m))}", file=sys.stderr))
+    print(json.dumps(stats, indent=2))
+    return 0
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if args.follow:
+        return _follow(args)
+    return _ingest_once(args)
+
+
+def _follow(args: argparse.Namespace) -> int:
+    """`ingest --follow`: one ingest per interval while the landing grows (skipped when nothing changed)."""
+    from .orchestration.follow import follow
+
+    def once() -> None:
+        code = _ingest_once(args)
+        if code != 0:
+            raise _FollowStopped(code)
+
+    try:
+        follow(lambda: _source_files(args), once, args.interval,
+               log=lambda m: print(f"[follow] {m}", file=sys.stderr))
+    except _FollowStopped as exc:
+        return exc.code
+    return 0
+
+
+class _FollowStopped(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _source_files(args: argparse.Namespace) -> list[str] | None:
+    from .sources.local import resolve_source
+
+    if args.source.startswith("rds:") or "://" in args.source:
+        return None  # listed by the source on each run
+    return resolve_source(args.source)
+
+
+def _ingest_once(args: argparse.Namespace) -> int:
     from .lake.holds import TablesHeldBack
     from .quality.stages import run_ingest
     from .terminal import print_report
@@ -608,6 +671,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table names of online-schema-change helper tables, never listed as lake tables (repeat; "
                    "default: gh-ost's _t_gho/_t_ghc/_t_del and pt-online-schema-change's _t_new/_t_old)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar/lines on stderr")
+    p.add_argument("--follow", action="store_true", help="keep ingesting the source in micro-batches (a landing "
+                   "directory `binlake tail` writes: the growing file up to its last complete transaction) until "
+                   "interrupted")
+    p.add_argument("--interval", type=_seconds, default=10.0, help="with --follow: seconds between batches (10)")
     _add_quality_options(p)
     p.set_defaults(func=cmd_ingest)
 
@@ -636,6 +703,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra librdkafka setting for every client (repeatable), e.g. security.protocol=SSL")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("tail", help="follow a live server as a replica and land its binlog files byte-identical "
+                       "to the server's, until interrupted")
+    p.add_argument("--mysql", required=True, help="mysql://user:password@host:port/ (needs REPLICATION SLAVE)")
+    p.add_argument("--landing", required=True, help="directory the binlog files are landed in (server's names)")
+    p.add_argument("--server-id", type=_count(1), help="replica server id, unique among the server's replicas "
+                   "(default: derived from the process id)")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="start_from", metavar="FILE[:POS]", help="first binlog file to land when the "
+                       "landing directory is empty (landed whole from its start; default: the server's oldest)")
+    start.add_argument("--gtid", metavar="SET", help="start at the file holding this GTID state when the landing "
+                       "directory is empty (MariaDB domain-server-seq list, or a MySQL GTID set)")
+    p.add_argument("--resume-by", choices=("auto", "gtid", "position"), default="auto",
+                   help="how a restart continues: MariaDB GTID state where the landed files carry it (auto), or "
+                   "FILE:POS")
+    p.add_argument("--heartbeat", type=_seconds, default=5.0, help="heartbeat period asked from the server; "
+                   "3 missed beats mean a dead connection (5)")
+    p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("bootstrap", help="load existing rows (consistent snapshots, chunked by key); ingest "
                        "then continues at the matching binlog position")

@@ -64,6 +64,7 @@ class PrivateMariaDB:
     row_metadata: str
     process: subprocess.Popen | None = None
     log_path: Path = field(init=False)
+    args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.log_path = self.base_dir / "server.log"
@@ -133,14 +134,27 @@ class PrivateMariaDB:
             "--skip-symbolic-links",
             *extra_args,
         ]
+        self.args = args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self._wait(timeout)
+        return self
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Shut the server down cleanly (it closes its binlog with a STOP event) and start it again on the same
+        port and directories (it opens the next binlog file)."""
+        self.stop(remove=False)
+        self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self._wait(timeout)
+
+    def _wait(self, timeout: float) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerError(f"mariadbd exited with {self.process.returncode}:\n{self.server_log()}")
             try:
                 self.connect().close()
-                return self
+                return
             except pymysql.err.OperationalError:
                 time.sleep(0.1)
         self.stop()
