@@ -159,12 +159,15 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     by_file: dict[str, list[RangeResult]] = {}
     for res in results:
         by_file.setdefault(res.file, []).append(res)
-    for _path, st in todo:
+    for path, st in todo:
         ranges = by_file[st.file]
         last = max(ranges, key=lambda r: r.start)
+        # A file still being written (binlake tail) may have grown, or been closed by its ROTATE, since it was
+        # listed: complete means read to its end as it is now, and the size recorded is the one read.
+        size = max(st.size, Path(path).stat().st_size)
         pb.files.append({"instance": st.instance, "lineage": st.lineage, "file": st.file, "file_seq": st.file_seq,
-                         "size": st.size, "status": "merged", "start_pos": st.end_pos, "end_pos": last.end,
-                         "complete": last.reached_file_end and last.end == st.size, "batch_id": batch,
+                         "size": size, "status": "merged", "start_pos": st.end_pos, "end_pos": last.end,
+                         "complete": last.reached_file_end and last.end == size, "batch_id": batch,
                          "attempts": st.attempts, "last_error": None, "previous_status": st.status,
                          "previous_complete": st.complete, "checksum": st.checksum,
                          "first_ts": st.first_ts.isoformat() if st.first_ts else None,

@@ -192,6 +192,8 @@ class Landing:
 
     def resume_point(self) -> ResumePoint | None:
         """Cut the last file back to its last complete transaction; where to continue (None: nothing landed)."""
+        for part in self.dir.glob(".*.part") if self.dir.is_dir() else []:
+            part.unlink()  # a new file killed before its FORMAT_DESCRIPTION was on disk
         files = self.files()
         if not files:
             return None
@@ -238,28 +240,29 @@ class Landing:
     # -- writing ---------------------------------------------------------------------------------------------
 
     def select(self, name: str, pos: int) -> None:
-        """Continue writing `name` (the stream is at `pos` in it); a new file starts empty."""
+        """Continue writing `name` (the stream is at `pos` in it). A new file appears only once its magic and
+        FORMAT_DESCRIPTION are on disk (`write_fde`), so a reader never sees a file without them."""
         if not _NAME.match(name):
             raise TailError(f"the server names a binlog file {name!r}: not a binlog file name")
-        if self.name == name and self.fd is not None:
+        if self.name == name and (self.fd is not None or self.size == 4):
             return
         if self.fd is not None:
             self.finish()
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / name
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = self._written = os.lseek(self.fd, 0, os.SEEK_END)
         self.name = name
         self.closed = False
         self.boundaries = Boundaries()
-        if self.size >= 4 + HEADER_LEN:
-            with open(path, "rb") as fh:
-                head = fh.read(4 + 1024)
-            self.checksum = _checksum_len(head) if len(head) >= 4 + HEADER_LEN else 4
-        if self.size == 0:
-            self._append(MAGIC)
-            self.size = 4
-        self._sync_dir()
+        self._buf = bytearray()
+        if not path.exists() or path.stat().st_size < 4:
+            self.fd = None
+            self.size = self._written = 4  # the magic, written with the FORMAT_DESCRIPTION
+            return
+        self.fd = os.open(path, os.O_RDWR)
+        self.size = self._written = os.lseek(self.fd, 0, os.SEEK_END)
+        with open(path, "rb") as fh:
+            head = fh.read(4 + 1024)
+        self.checksum = _checksum_len(head) if len(head) >= 4 + HEADER_LEN else 4
 
     def _sync_dir(self) -> None:
         fd = os.open(self.dir, os.O_RDONLY)
@@ -289,14 +292,26 @@ class Landing:
         self._last_sync = time.monotonic()
 
     def write_fde(self, ev: bytes) -> None:
-        """The file's FORMAT_DESCRIPTION, flagged in use while the file is written (the checksum covers the
-        event with the flag clear, so it stays valid)."""
+        """A new file: the magic and its FORMAT_DESCRIPTION, flagged in use while the file is written (the
+        checksum covers the event with the flag clear, so it stays valid), written under a hidden name and renamed."""
+        assert self.name is not None and self.fd is None
         event = bytearray(ev)
         event[FLAGS_AT] |= LOG_EVENT_BINLOG_IN_USE_F
         self.checksum = 4 if _checksum_len(MAGIC + bytes(event)) else 0
-        self._append(bytes(event))
-        self.size += len(event)
-        self.sync()
+        path = self.dir / self.name
+        part = self.dir / f".{self.name}.part"
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, MAGIC + bytes(event))
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.replace(part, path)
+        self._sync_dir()
+        self.fd = fd
+        self.size = self._written = 4 + len(event)
+        self._last_sync = time.monotonic()
 
     def append(self, etype: int, ev: bytes, more_waiting: bool) -> bool:
         """Append one whole event; returns True at a transaction end (or outside any transaction)."""
@@ -331,11 +346,10 @@ class Landing:
     def release(self) -> None:
         """Stop writing without closing the file as finished (the server still writes it): whole transactions
         written and synced, a partial one dropped from the buffer (the resume cuts it anyway)."""
-        if self.fd is None:
-            return
-        if not self.boundaries.in_txn:
-            self.sync()
-        os.close(self.fd)
+        if self.fd is not None:
+            if not self.boundaries.in_txn:
+                self.sync()
+            os.close(self.fd)
         self.fd = None
         self._buf = bytearray()
         self.name = None
@@ -481,13 +495,16 @@ class Tail:
                 continue
             if flags & ARTIFICIAL:
                 continue
-            if landing.fd is None:
+            if landing.name is None:
                 raise TailError(f"event of type {etype} before the dump named its file: the server's stream does "
                                 "not start with a ROTATE")
             if etype == EventType.FORMAT_DESCRIPTION:
-                if landing.size == 4:
+                if landing.fd is None:
                     landing.write_fde(ev)
                 continue
+            if landing.fd is None:
+                raise TailError(f"{landing.name}: the server sends an event of type {etype} before the file's "
+                                "FORMAT_DESCRIPTION")
             where = next_pos - size
             if next_pos == 0 or where < landing.size:
                 continue  # already landed (a resumed dump sends a file's head again)

@@ -19,7 +19,7 @@ import pytest
 
 from binlake.lake.engines import get_engine
 from binlake.lake.layout import LakeLayout
-from binlake.sources.tail import Landing, Tail
+from binlake.sources.tail import Tail
 from binlake.testing.mariadb import PrivateMariaDB, find_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +143,21 @@ def _wait_identical(db: PrivateMariaDB, landing: Path, timeout: float = 120.0) -
     return files
 
 
+def _landed_bytes(landing: Path) -> int:
+    return sum(p.stat().st_size for p in landing.iterdir()) if landing.is_dir() else 0
+
+
+def _kill_after_progress(tail: subprocess.Popen, landing: Path, rng: random.Random) -> str:
+    """Wait until the tail has landed something new, then kill -9 it a random moment later; its stderr."""
+    before = _landed_bytes(landing)
+    deadline = time.monotonic() + 120
+    while _landed_bytes(landing) <= before and tail.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(rng.random() * 0.4)
+    tail.send_signal(signal.SIGKILL)
+    return tail.communicate()[1]
+
+
 def _server_rows(db: PrivateMariaDB) -> dict:
     with db.connect(DB) as conn, conn.cursor() as cur:
         cur.execute("SELECT id, name, qty, body FROM items")
@@ -179,10 +194,7 @@ def test_kill9_at_random_moments_gtid_resume_and_ingest_follow_equals_select(ser
             for _kill in range(10):
                 tail = subprocess.Popen(_tail_cmd(server, landing), env=_env(), stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
-                writer.wait_commits(rng.randint(5, 60))
-                time.sleep(rng.random() * 0.5)
-                tail.send_signal(signal.SIGKILL)
-                logs.append(tail.communicate()[1])
+                logs.append(_kill_after_progress(tail, landing, rng))
             tail = subprocess.Popen(_tail_cmd(server, landing), env=_env(), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, text=True)
             writer.wait_commits(30)
@@ -218,11 +230,9 @@ def test_position_resume_after_kills(server, tmp_path):
         for _kill in range(4):
             tail = subprocess.Popen(_tail_cmd(server, landing, "--resume-by", "position"), env=_env(),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            writer.wait_commits(rng.randint(5, 50))
-            tail.send_signal(signal.SIGKILL)
-            logs.append(tail.communicate()[1])
+            logs.append(_kill_after_progress(tail, landing, rng))
         tail = subprocess.Popen(_tail_cmd(server, landing, "--resume-by", "position"), env=_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         writer.wait_commits(20)
     try:
         assert writer.error is None, writer.error
@@ -314,14 +324,12 @@ def test_purged_start_is_one_clear_line(server, tmp_path):
     assert done.returncode == 6
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 + sum(line.startswith("[tail]") for line in lines), done.stderr
-    error = [line for line in lines if not line.startswith("[tail]")][0]
+    error = next(line for line in lines if not line.startswith("[tail]"))
     assert "mysql-bin.000001:4" in error and "purged" in error and "bootstrap" in error
     assert "mysql-bin.000003" in error  # what the server still has
     # A landing that ends in a purged file: the resume names the landed position.
     landing2 = tmp_path / "landing2"
     landing2.mkdir()
-    old = Landing(landing2)
-    old.select("mysql-bin.000002", 4)
-    old.release()
+    (landing2 / "mysql-bin.000002").write_bytes(b"\xfebin")  # a tail killed right after the magic
     done = subprocess.run(_tail_cmd(server, landing2), env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 6 and "binlog at mysql-bin.000002:4 (purged" in done.stderr, done.stderr
