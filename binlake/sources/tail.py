@@ -36,6 +36,7 @@ from .replica import ReplicaConnection, ReplicaLost, ReplicaRefused, StartAt, ch
 ARTIFICIAL = 0x20  # LOG_EVENT_ARTIFICIAL_F: made up by the dump, not in the file
 FLAGS_AT = 17  # the flags field's offset in the common header
 HEADER = struct.Struct("<IBIIIH")
+PARTS = ".binlake-tail"  # new files are written here, then renamed into the landing directory
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+\.\d+$")
 _GTID_TYPES = frozenset({EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTID_TAGGED})
 _ENDS_TXN = frozenset({EventType.XID, EventType.XA_PREPARE, EventType.TRANSACTION_PAYLOAD})
@@ -192,7 +193,7 @@ class Landing:
 
     def resume_point(self) -> ResumePoint | None:
         """Cut the last file back to its last complete transaction; where to continue (None: nothing landed)."""
-        for part in self.dir.glob(".*.part") if self.dir.is_dir() else []:
+        for part in (self.dir / PARTS).glob("*.part") if self.dir.is_dir() else []:
             part.unlink()  # a new file killed before its FORMAT_DESCRIPTION was on disk
         files = self.files()
         if not files:
@@ -299,7 +300,8 @@ class Landing:
         event[FLAGS_AT] |= LOG_EVENT_BINLOG_IN_USE_F
         self.checksum = 4 if _checksum_len(MAGIC + bytes(event)) else 0
         path = self.dir / self.name
-        part = self.dir / f".{self.name}.part"
+        part = self.dir / PARTS / f"{self.name}.part"  # a subdirectory: listing the landing never meets it
+        part.parent.mkdir(exist_ok=True)
         fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, MAGIC + bytes(event))
