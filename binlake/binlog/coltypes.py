@@ -1,6 +1,6 @@
 """The column-type registry: one entry per binlog column type code, holding everything binlake does with a type.
 
-`TYPES[code]` (a `ColumnType`) says how the TABLE_MAP writes the type's metadata and which metadata a server can
+`TYPES[code]` (a `TypeSpec`) says how the TABLE_MAP writes the type's metadata and which metadata a server can
 write, which functions decode its values (the reference decoder of values.py, the column-at-a-time planner of
 columnar.py, the code emitter of rowcodegen.py), its Arrow/Delta type, what its decoded values are (which output
 and SQL rendering follow), and the DDL type names the server logs under this code. Every consumer reads this
@@ -46,7 +46,7 @@ TEXT, ENUM, SET, JSON, GEOMETRY, VECTOR = "text", "enum", "set", "json", "geomet
 
 
 @dataclass(frozen=True)
-class ColumnType:
+class TypeSpec:
     """Everything binlake does with one binlog column type. The callables take the `Column` (or its codec)."""
 
     code: int
@@ -72,6 +72,10 @@ class ColumnType:
     charset_meta: tuple[bool, bool] = (False, False)
     fsp_from_schema: bool = False  # MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: precision not in the TABLE_MAP
     ddl: tuple[str, ...] = ()  # DDL data types (as the DDL parser names them) MySQL logs with this code
+    # The TABLE_MAP metadata of such a column: f(column definition (schema.model.ColumnDef), its max bytes or None).
+    ddl_meta: Callable[[Any, int | None], int | None] | None = None
+    ddl_alias: int | None = None  # another code a server may log such a column with, with the same metadata
+    ddl_old: int | None = None  # the pre-5.6 code (no metadata) of a temporal type without fsp, or on MariaDB
 
     @property
     def decodable(self) -> bool:
@@ -99,6 +103,36 @@ def _meta_prefix(col: Column) -> int:
 
 def _meta_or_4(col: Column) -> int:
     return col.meta or 4
+
+
+def _ddl_fixed(meta: int) -> Callable[[Any, int | None], int]:
+    return lambda cdef, size: meta
+
+
+def _ddl_size(cdef: Any, size: int | None) -> int | None:
+    return size
+
+
+def _ddl_fsp(cdef: Any, size: int | None) -> int:
+    return cdef.fsp or 0
+
+
+def _ddl_decimal(cdef: Any, size: int | None) -> int:
+    return (cdef.precision or 10) << 8 | (cdef.scale or 0)
+
+
+def _ddl_bit(cdef: Any, size: int | None) -> int:
+    n = cdef.length or 1
+    return (n // 8) << 8 | (n % 8)
+
+
+def _ddl_set(cdef: Any, size: int | None) -> int:
+    return {0: 1, 1: 1, 2: 2, 3: 3, 4: 4}.get((len(cdef.labels or ()) + 7) // 8, 8)
+
+
+# Bytes of a TEXT/BLOB value's length, by DDL type (the BLOB code's metadata).
+BLOB_PACK = {"tinyblob": 1, "tinytext": 1, "blob": 2, "text": 2, "mediumblob": 3, "mediumtext": 3, "longblob": 4,
+             "longtext": 4}
 
 
 def _fsp_ok(m: int) -> bool:
@@ -139,14 +173,15 @@ def _wrapped_reference(col: Column) -> Decoder:
 
 
 def _integer(code: int, name: str, s: Any, u: Any, codes: tuple[str, str] | None, size: int,
-             arrow: tuple[str, str], ddl: tuple[str, ...], rowgen: Callable) -> ColumnType:
-    return ColumnType(code, name, Meta.NONE, INT, reference=_signed(s, u),
+             arrow: tuple[str, str], ddl: tuple[str, ...], rowgen: Callable) -> TypeSpec:
+    return TypeSpec(code, name, Meta.NONE, INT, reference=_signed(s, u),
                       columnar=columnar.plan_struct if codes else columnar.plan_cached, rowgen=rowgen,
-                      arrow=_signed(*arrow), struct=codes, width=_const(size), ddl=ddl, signedness=_BOTH)
+                      arrow=_signed(*arrow), struct=codes, width=_const(size), ddl=ddl, signedness=_BOTH,
+                      ddl_meta=_ddl_fixed(0))
 
 
-def _blob(code: int, name: str) -> ColumnType:
-    return ColumnType(code, name, Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
+def _blob(code: int, name: str) -> TypeSpec:
+    return TypeSpec(code, name, Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
                       rowgen=rowcodegen.emit_blob, arrow=_text_or_binary, meta_ok=_pack_ok, prefix=_meta_prefix,
                       charset=True, charset_meta=_BOTH)
 
@@ -155,7 +190,7 @@ _REF = rowcodegen.emit_reference
 _BOTH, _MYSQL, _MARIADB = (True, True), (True, False), (False, True)
 
 _ENTRIES = [
-    ColumnType(T.DECIMAL, "DECIMAL (pre-5.0)", Meta.BE16, None, signedness=_MARIADB),  # never written by a supported server
+    TypeSpec(T.DECIMAL, "DECIMAL (pre-5.0)", Meta.BE16, None, signedness=_MARIADB),  # never written by a supported server
     _integer(T.TINY, "TINYINT", values._tiny_s, values._tiny_u, ("b", "B"), 1, ("int8", "int16"),
              ("tinyint",), rowcodegen.emit_tiny),
     _integer(T.SHORT, "SMALLINT", values._short_s, values._short_u, ("h", "H"), 2, ("int16", "int32"),
@@ -166,102 +201,108 @@ _ENTRIES = [
              ("int",), rowcodegen.emit_struct),
     _integer(T.LONGLONG, "BIGINT", values._longlong_s, values._longlong_u, ("q", "Q"), 8,
              ("int64", "decimal128(20, 0)"), ("bigint",), rowcodegen.emit_struct),
-    ColumnType(T.NEWDECIMAL, "DECIMAL", Meta.BE16, DECIMAL,
+    TypeSpec(T.NEWDECIMAL, "DECIMAL", Meta.BE16, DECIMAL,
                reference=lambda col: values.make_decimal(col.precision, col.scale),
                columnar=columnar.plan_decimal, rowgen=rowcodegen.emit_decimal,
                arrow=lambda col: f"decimal128({col.precision}, {col.scale})" if col.precision <= 38 else "string",
                width=lambda col: values.decimal_groups(col.precision, col.scale)[2], ddl=("decimal", "numeric"),
-               signedness=_BOTH),
-    ColumnType(T.FLOAT, "FLOAT", Meta.BYTE, FLOAT32, reference=_const(values._float), columnar=columnar.plan_struct,
+               signedness=_BOTH, ddl_meta=_ddl_decimal),
+    TypeSpec(T.FLOAT, "FLOAT", Meta.BYTE, FLOAT32, reference=_const(values._float), columnar=columnar.plan_struct,
                rowgen=rowcodegen.emit_struct, arrow=_const("float32"), struct=("f", "f"), width=_const(4),
-               ddl=("float",), signedness=_BOTH),
-    ColumnType(T.DOUBLE, "DOUBLE", Meta.BYTE, FLOAT64, reference=_const(values._double),
+               ddl=("float",), signedness=_BOTH, ddl_meta=_ddl_fixed(4)),
+    TypeSpec(T.DOUBLE, "DOUBLE", Meta.BYTE, FLOAT64, reference=_const(values._double),
                columnar=columnar.plan_struct, rowgen=rowcodegen.emit_struct, arrow=_const("float64"),
-               struct=("d", "d"), width=_const(8), ddl=("double", "real"), signedness=_BOTH),
-    ColumnType(T.NULL, "NULL", Meta.NONE, None),  # a NULL-typed column (never in a table)
-    ColumnType(T.YEAR, "YEAR", Meta.NONE, YEAR, reference=_const(values._year), columnar=columnar.plan_year,
+               struct=("d", "d"), width=_const(8), ddl=("double", "real"), signedness=_BOTH,
+               ddl_meta=_ddl_fixed(8)),
+    TypeSpec(T.NULL, "NULL", Meta.NONE, None),  # a NULL-typed column (never in a table)
+    TypeSpec(T.YEAR, "YEAR", Meta.NONE, YEAR, reference=_const(values._year), columnar=columnar.plan_year,
                rowgen=rowcodegen.emit_year, arrow=_const("int16"), struct=("B", "B"),
-               merge_fix="if {v}: {v} += 1900", width=_const(1), ddl=("year",), signedness=_MARIADB),
-    ColumnType(T.DATE, "DATE", Meta.NONE, DATE, reference=_const(values._date), columnar=columnar.plan_cached,
-               rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3), ddl=("date",)),
-    ColumnType(T.NEWDATE, "DATE (NEWDATE)", Meta.NONE, DATE, reference=_const(values._date),
+               merge_fix="if {v}: {v} += 1900", width=_const(1), ddl=("year",), signedness=_MARIADB,
+               ddl_meta=_ddl_fixed(0)),
+    TypeSpec(T.DATE, "DATE", Meta.NONE, DATE, reference=_const(values._date), columnar=columnar.plan_cached,
+               rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3), ddl=("date",),
+               ddl_meta=_ddl_fixed(0), ddl_alias=T.NEWDATE),
+    TypeSpec(T.NEWDATE, "DATE (NEWDATE)", Meta.NONE, DATE, reference=_const(values._date),
                columnar=columnar.plan_cached, rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3)),
     # The pre-5.6 temporal types; MariaDB's TIME(n)/DATETIME(n)/TIMESTAMP(n) with mysql56_temporal_format=OFF keep
     # these codes with no metadata, the precision coming from the schema (in Column.meta).
-    ColumnType(T.TIME, "TIME (old)", Meta.NONE, TIME,
+    TypeSpec(T.TIME, "TIME (old)", Meta.NONE, TIME,
                reference=lambda col: values.make_maria_time_hires(col.meta) if col.meta else values._time_old,
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
                width=lambda col: values.MARIA_TIME_BYTES[col.meta], fsp_from_schema=True),
-    ColumnType(T.DATETIME, "DATETIME (old)", Meta.NONE, DATETIME,
+    TypeSpec(T.DATETIME, "DATETIME (old)", Meta.NONE, DATETIME,
                reference=lambda col: (values.make_maria_datetime_hires(col.meta) if col.meta
                                       else values._datetime_old),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us]"), meta_ok=_fsp_ok,
                width=lambda col: values.MARIA_DATETIME_BYTES[col.meta], fsp_from_schema=True),
-    ColumnType(T.TIMESTAMP, "TIMESTAMP (old)", Meta.NONE, TIMESTAMP,
+    TypeSpec(T.TIMESTAMP, "TIMESTAMP (old)", Meta.NONE, TIMESTAMP,
                reference=lambda col: (values.make_maria_timestamp_hires(col.meta) if col.meta
                                       else values._timestamp_old),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us, UTC]"), meta_ok=_fsp_ok,
                width=lambda col: values.MARIA_TIMESTAMP_BYTES[col.meta], fsp_from_schema=True),
-    ColumnType(T.TIME2, "TIME", Meta.BYTE, TIME, reference=lambda col: values.make_time2(col.meta),
+    TypeSpec(T.TIME2, "TIME", Meta.BYTE, TIME, reference=lambda col: values.make_time2(col.meta),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
-               width=lambda col: 3 + (col.meta + 1) // 2, ddl=("time",)),
-    ColumnType(T.DATETIME2, "DATETIME", Meta.BYTE, DATETIME, reference=lambda col: values.make_datetime2(col.meta),
+               width=lambda col: 3 + (col.meta + 1) // 2, ddl=("time",), ddl_meta=_ddl_fsp, ddl_old=T.TIME),
+    TypeSpec(T.DATETIME2, "DATETIME", Meta.BYTE, DATETIME, reference=lambda col: values.make_datetime2(col.meta),
                columnar=columnar.plan_datetime2, rowgen=rowcodegen.emit_datetime2, arrow=_const("timestamp[us]"),
-               meta_ok=_fsp_ok, width=lambda col: 5 + (col.meta + 1) // 2, ddl=("datetime",)),
-    ColumnType(T.TIMESTAMP2, "TIMESTAMP", Meta.BYTE, TIMESTAMP,
+               meta_ok=_fsp_ok, width=lambda col: 5 + (col.meta + 1) // 2, ddl=("datetime",), ddl_meta=_ddl_fsp,
+               ddl_old=T.DATETIME),
+    TypeSpec(T.TIMESTAMP2, "TIMESTAMP", Meta.BYTE, TIMESTAMP,
                reference=lambda col: values.make_timestamp2(col.meta), columnar=columnar.plan_timestamp2,
                rowgen=rowcodegen.emit_timestamp2, arrow=_const("timestamp[us, UTC]"), meta_ok=_fsp_ok,
-               width=lambda col: 4 + (col.meta + 1) // 2, ddl=("timestamp",)),
-    ColumnType(T.BIT, "BIT", Meta.LE16, BIT, reference=lambda col: values.make_bit(col.meta),
+               width=lambda col: 4 + (col.meta + 1) // 2, ddl=("timestamp",), ddl_meta=_ddl_fsp,
+               ddl_old=T.TIMESTAMP),
+    TypeSpec(T.BIT, "BIT", Meta.LE16, BIT, reference=lambda col: values.make_bit(col.meta),
                columnar=columnar.plan_cached, rowgen=_REF,
                arrow=lambda col: ("decimal128(20, 0)" if (col.meta >> 8) * 8 + (col.meta & 0xFF) >= 64
                                   else "int64"),
-               meta_ok=lambda m: (m >> 8) <= 8 and (m & 0xFF) <= 7, width=_bit_width, ddl=("bit",)),
-    ColumnType(T.VARCHAR, "VARCHAR", Meta.LE16, TEXT, reference=_text_reference, columnar=columnar.plan_text,
+               meta_ok=lambda m: (m >> 8) <= 8 and (m & 0xFF) <= 7, width=_bit_width, ddl=("bit",), ddl_meta=_ddl_bit),
+    TypeSpec(T.VARCHAR, "VARCHAR", Meta.LE16, TEXT, reference=_text_reference, columnar=columnar.plan_text,
                rowgen=rowcodegen.emit_text, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
-               charset_meta=_BOTH, ddl=("varchar", "varbinary")),
-    ColumnType(T.VAR_STRING, "VARCHAR (VAR_STRING)", Meta.LE16, TEXT, reference=_text_reference,
+               charset_meta=_BOTH, ddl=("varchar", "varbinary"), ddl_meta=_ddl_size, ddl_alias=T.VAR_STRING),
+    TypeSpec(T.VAR_STRING, "VARCHAR (VAR_STRING)", Meta.LE16, TEXT, reference=_text_reference,
                columnar=columnar.plan_text, rowgen=rowcodegen.emit_text, arrow=_text_or_binary,
                prefix=_char_prefix, charset=True, charset_meta=_BOTH),
-    ColumnType(T.STRING, "CHAR", Meta.STRING, TEXT, reference=_string_reference, columnar=columnar.plan_string,
+    TypeSpec(T.STRING, "CHAR", Meta.STRING, TEXT, reference=_string_reference, columnar=columnar.plan_string,
                rowgen=rowcodegen.emit_string, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
-               charset_meta=_BOTH, ddl=("char", "binary")),
-    ColumnType(T.ENUM, "ENUM", Meta.BE16, ENUM, reference=lambda col: values.make_enum(col.meta, col.enum_labels),
+               charset_meta=_BOTH, ddl=("char", "binary"), ddl_meta=_ddl_size),
+    TypeSpec(T.ENUM, "ENUM", Meta.BE16, ENUM, reference=lambda col: values.make_enum(col.meta, col.enum_labels),
                columnar=columnar.plan_enum, rowgen=rowcodegen.emit_enum, arrow=_const("string"),
-               meta_ok=lambda m: m in (1, 2), width=_meta_prefix, ddl=("enum",)),
-    ColumnType(T.SET, "SET", Meta.BE16, SET, reference=lambda col: values.make_set(col.meta, col.set_labels),
+               meta_ok=lambda m: m in (1, 2), width=_meta_prefix, ddl=("enum",),
+               ddl_meta=lambda cdef, size: 2 if len(cdef.labels or ()) > 255 else 1),
+    TypeSpec(T.SET, "SET", Meta.BE16, SET, reference=lambda col: values.make_set(col.meta, col.set_labels),
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=lambda m: 1 <= m <= 8,
-               width=_meta_prefix, ddl=("set",)),
+               width=_meta_prefix, ddl=("set",), ddl_meta=_ddl_set),
     _blob(T.TINY_BLOB, "TINYBLOB"),
     _blob(T.MEDIUM_BLOB, "MEDIUMBLOB"),
     _blob(T.LONG_BLOB, "LONGBLOB"),
-    ColumnType(T.BLOB, "BLOB/TEXT", Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
+    TypeSpec(T.BLOB, "BLOB/TEXT", Meta.BYTE, TEXT, reference=_blob_reference, columnar=columnar.plan_text,
                rowgen=rowcodegen.emit_blob, arrow=_text_or_binary, meta_ok=_pack_ok, prefix=_meta_prefix,
-               charset=True, charset_meta=_BOTH, ddl=("tinyblob", "tinytext", "blob", "text", "mediumblob", "mediumtext", "longblob",
-                                  "longtext")),
-    ColumnType(T.JSON, "JSON", Meta.BYTE, JSON, reference=lambda col: values.make_json(col.meta or 4),
+               charset=True, charset_meta=_BOTH, ddl=tuple(BLOB_PACK),
+               ddl_meta=lambda cdef, size: BLOB_PACK[cdef.data_type]),
+    TypeSpec(T.JSON, "JSON", Meta.BYTE, JSON, reference=lambda col: values.make_json(col.meta or 4),
                columnar=columnar.plan_json, rowgen=_REF, arrow=_const("string"), meta_ok=_pack_ok,
-               prefix=_meta_or_4, ddl=("json",)),
-    ColumnType(T.GEOMETRY, "GEOMETRY", Meta.BYTE, GEOMETRY,
+               prefix=_meta_or_4, ddl=("json",), ddl_meta=_ddl_fixed(4), ddl_alias=T.BLOB),
+    TypeSpec(T.GEOMETRY, "GEOMETRY", Meta.BYTE, GEOMETRY,
                reference=lambda col: values.make_length_prefixed(col.meta or 4, None), columnar=columnar.plan_bytes,
                rowgen=_REF, arrow=_const("binary"), meta_ok=_pack_ok, prefix=_meta_or_4, charset_meta=_MARIADB,
                ddl=("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-                    "geometrycollection", "geomcollection")),
+                    "geometrycollection", "geomcollection"), ddl_meta=_ddl_fixed(4)),
     # MySQL 9's VECTOR (MariaDB's vectors are VARBINARY with the logical type "vector"): always wrapped.
-    ColumnType(T.VECTOR, "VECTOR", Meta.BYTE, VECTOR, reference=_wrapped_reference, columnar=columnar.plan_bytes,
+    TypeSpec(T.VECTOR, "VECTOR", Meta.BYTE, VECTOR, reference=_wrapped_reference, columnar=columnar.plan_bytes,
                rowgen=_REF, arrow=_const("list<float32>"), meta_ok=_pack_ok, prefix=_meta_or_4, ddl=("vector",),
-               charset_meta=_MYSQL),
+               charset_meta=_MYSQL, ddl_meta=_ddl_fixed(4)),
     # MariaDB COMPRESSED columns: always wrapped (the bytes are inflated, then decoded as text or kept as bytes).
-    ColumnType(T.BLOB_COMPRESSED, "BLOB/TEXT COMPRESSED", Meta.BYTE, TEXT, reference=_wrapped_reference,
+    TypeSpec(T.BLOB_COMPRESSED, "BLOB/TEXT COMPRESSED", Meta.BYTE, TEXT, reference=_wrapped_reference,
                columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, meta_ok=lambda m: 1 <= m <= 4,
                prefix=_meta_prefix, charset=True, charset_meta=_MARIADB),
-    ColumnType(T.VARCHAR_COMPRESSED, "VARCHAR COMPRESSED", Meta.LE16, TEXT, reference=_wrapped_reference,
+    TypeSpec(T.VARCHAR_COMPRESSED, "VARCHAR COMPRESSED", Meta.LE16, TEXT, reference=_wrapped_reference,
                columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
                charset_meta=_MARIADB),
-    ColumnType(T.TYPED_ARRAY, "TYPED_ARRAY", Meta.TYPED, None),  # MySQL multi-valued index arrays: not decoded
+    TypeSpec(T.TYPED_ARRAY, "TYPED_ARRAY", Meta.TYPED, None),  # MySQL multi-valued index arrays: not decoded
 ]
 
-TYPES: dict[int, ColumnType] = {e.code: e for e in _ENTRIES}
+TYPES: dict[int, TypeSpec] = {e.code: e for e in _ENTRIES}
 # DDL data type -> the code MySQL logs it with (schema/binlog_types.py adds MariaDB's and old servers' variations).
 DDL_TYPES: dict[str, int] = {name: e.code for e in _ENTRIES for name in e.ddl}
 
@@ -302,7 +343,7 @@ LOGICAL: dict[str, LogicalType] = {
 }
 
 
-def type_of(code: int) -> ColumnType | None:
+def type_of(code: int) -> TypeSpec | None:
     return TYPES.get(code)
 
 
@@ -328,7 +369,7 @@ def arrow_spelling(col: Column) -> str:
 # -- decoding: a table map's columns compiled once ---------------------------------------------------------
 
 
-def _check_meta(col: Column, spec: ColumnType) -> None:
+def _check_meta(col: Column, spec: TypeSpec) -> None:
     """Reject type metadata no server writes, before it shapes a decoder."""
     if spec.meta_ok is not None and not spec.meta_ok(col.meta):
         raise ValueError_(f"column {col.index + 1} has impossible metadata {col.meta} for type {col.type}")

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..binlog import coltypes as ct
 from ..binlog.charsets import COLLATION_CHARSET, COLLATION_IDS
-from ..binlog.coltypes import DDL_TYPES, ddl_names
+from ..binlog.coltypes import BLOB_PACK, DDL_TYPES, TYPES
 from ..binlog.constants import ColumnType as T
 from ..binlog.tablemap import Column, TableMap
 from .model import ColumnDef, TableDef
@@ -21,10 +20,6 @@ MBMAXLEN = {
     "gb18030": 4, "big5": 2, "sjis": 2, "cp932": 2, "ujis": 3, "eucjpms": 3, "euckr": 2, "binary": 1,
 }
 
-INTEGERS = {name: DDL_TYPES[name] for name in ddl_names(ct.INT)}
-BLOB_PACK = {"tinyblob": 1, "tinytext": 1, "blob": 2, "text": 2, "mediumblob": 3, "mediumtext": 3, "longblob": 4,
-             "longtext": 4}
-GEOMETRY = ddl_names(ct.GEOMETRY)
 CHARACTER = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
@@ -82,66 +77,47 @@ def _max_bytes(col: ColumnDef) -> int | None:
 
 
 def binlog_shape(col: ColumnDef, mariadb: bool = False) -> BinlogShape:
-    """The TABLE_MAP type and metadata the server writes for this column."""
+    """The TABLE_MAP type and metadata the server writes for this column: MySQL's, from the column-type registry
+    (binlake/binlog/coltypes.py: the entry naming the DDL type, its `ddl_meta`, `ddl_alias` and `ddl_old`), unless
+    MariaDB stores the type another way or the type is a logical one over BINARY."""
     dt = col.data_type
-    if dt in INTEGERS:
-        return BinlogShape(INTEGERS[dt], 0)
-    if dt in ("decimal", "numeric"):
-        p, s = col.precision or 10, col.scale or 0
-        return BinlogShape(T.NEWDECIMAL, p << 8 | s)
-    if dt == "float":
-        return BinlogShape(T.FLOAT, 4)
-    if dt in ("double", "real"):
-        return BinlogShape(T.DOUBLE, 8)
-    if dt == "bit":
-        n = col.length or 1
-        return BinlogShape(T.BIT, (n // 8) << 8 | (n % 8))
-    if dt == "year":
-        return BinlogShape(T.YEAR, 0)
-    if dt == "date":
-        return BinlogShape(T.DATE, 0, ((T.NEWDATE, 0),))
-    fsp = col.fsp or 0
-    # The pre-5.6 types: MySQL 5.5 (no fractions), and MariaDB with mysql56_temporal_format=OFF, whose
-    # TIME(n)/DATETIME(n)/TIMESTAMP(n) keep the old codes without metadata (the decoder takes n from the schema).
-    old = mariadb or not fsp
-    if dt == "datetime":
-        return BinlogShape(T.DATETIME2, fsp, ((T.DATETIME, 0),) if old else ())
-    if dt == "timestamp":
-        return BinlogShape(T.TIMESTAMP2, fsp, ((T.TIMESTAMP, 0),) if old else ())
-    if dt == "time":
-        return BinlogShape(T.TIME2, fsp, ((T.TIME, 0),) if old else ())
-    if col.compressed and mariadb and dt in ("varchar", "varbinary"):
-        size = _max_bytes(col)  # the stored value has one more byte, the compression header
-        return BinlogShape(T.VARCHAR_COMPRESSED, None if size is None else size + 1)
-    if col.compressed and mariadb and dt in BLOB_PACK:
-        return BinlogShape(T.BLOB_COMPRESSED, BLOB_PACK[dt])
-    if dt in ("varchar", "varbinary"):
-        return BinlogShape(T.VARCHAR, _max_bytes(col), ((T.VAR_STRING, _max_bytes(col)),))
-    if dt in ("char", "binary"):
-        return BinlogShape(T.STRING, _max_bytes(col))
-    if dt in BLOB_PACK:
-        return BinlogShape(T.BLOB, BLOB_PACK[dt])
-    if dt == "enum":
-        return BinlogShape(T.ENUM, 2 if len(col.labels or ()) > 255 else 1)
-    if dt == "set":
-        n = len(col.labels or ())
-        return BinlogShape(T.SET, {0: 1, 1: 1, 2: 2, 3: 3, 4: 4}.get((n + 7) // 8, 8))
-    if dt == "json":
-        # MariaDB's JSON is LONGTEXT; MySQL writes its binary JSON type.
-        return BinlogShape(T.BLOB, 4) if mariadb else BinlogShape(T.JSON, 4, ((T.BLOB, 4),))
-    if dt in GEOMETRY:
-        return BinlogShape(T.GEOMETRY, 4)
-    if dt == "vector":
-        # MySQL 9: its own VECTOR type. MariaDB 11.7+: stored as VARBINARY(4 * dimensions).
-        if mariadb:
-            size = 4 * col.length if col.length else None
-            return BinlogShape(T.VARCHAR, size, ((T.VAR_STRING, size), (T.VECTOR, None)))
-        return BinlogShape(T.VECTOR, 4)
+    if mariadb:
+        shape = _mariadb_shape(col)
+        if shape is not None:
+            return shape
     if dt == "inet4":  # MariaDB: stored as BINARY(4), network byte order
         return BinlogShape(T.STRING, 4)
     if dt in ("inet6", "uuid"):  # MariaDB: stored as BINARY(16)
         return BinlogShape(T.STRING, 16)
-    return BinlogShape(-1, None)
+    code = DDL_TYPES.get(dt)
+    if code is None:
+        return BinlogShape(-1, None)
+    spec = TYPES[code]
+    meta = spec.ddl_meta(col, _max_bytes(col))  # type: ignore[misc]
+    alternatives: list[tuple[int, int | None]] = []
+    if spec.ddl_alias is not None:
+        alternatives.append((spec.ddl_alias, meta))
+    # The pre-5.6 types: MySQL 5.5 (no fractions), and MariaDB with mysql56_temporal_format=OFF, whose
+    # TIME(n)/DATETIME(n)/TIMESTAMP(n) keep the old codes without metadata (the decoder takes n from the schema).
+    if spec.ddl_old is not None and (mariadb or not col.fsp):
+        alternatives.append((spec.ddl_old, 0))
+    return BinlogShape(code, meta, tuple(alternatives))
+
+
+def _mariadb_shape(col: ColumnDef) -> BinlogShape | None:
+    """MariaDB's own storage of a column (COMPRESSED columns, JSON as LONGTEXT, vectors as VARBINARY), else None."""
+    dt = col.data_type
+    if col.compressed and dt in ("varchar", "varbinary"):
+        size = _max_bytes(col)  # the stored value has one more byte, the compression header
+        return BinlogShape(T.VARCHAR_COMPRESSED, None if size is None else size + 1)
+    if col.compressed and dt in BLOB_PACK:
+        return BinlogShape(T.BLOB_COMPRESSED, BLOB_PACK[dt])
+    if dt == "json":
+        return BinlogShape(T.BLOB, 4)
+    if dt == "vector":  # MariaDB 11.7+: VARBINARY(4 * dimensions); MySQL 9 has its own VECTOR type
+        size = 4 * col.length if col.length else None
+        return BinlogShape(T.VARCHAR, size, ((T.VAR_STRING, size), (T.VECTOR, None)))
+    return None
 
 
 # Schema types whose binlog storage is an ordinary binary type: the decoder reads the bytes as this.

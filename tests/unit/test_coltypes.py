@@ -62,6 +62,7 @@ def test_every_known_type_code_has_a_complete_entry() -> None:
         assert not missing, f"{spec.name}: no {missing}"
         # A value is either fixed-width (its width known) or length-prefixed (its prefix known), never both.
         assert (spec.width is None) != (spec.prefix is None), spec.name
+        assert bool(spec.ddl) == (spec.ddl_meta is not None), spec.name  # DDL names and their metadata
         if spec.struct is not None:
             assert spec.width is not None and all(struct.calcsize("<" + c) == spec.width(Column(0, code)) for c in
                                                   spec.struct), spec.name
