@@ -474,14 +474,23 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(args, run_bootstrap, tables, progress):
+    spark = stager = None
+    if getattr(args, "spark", False):
+        from .spark import bootstrap_stager, build_spark_session
+
+        spark = build_spark_session("binlake-bootstrap")
+        stager = bootstrap_stager(spark)
     try:
         return run_bootstrap(args.mysql, tables, args.lake, instance=args.instance, chunk_rows=args.chunk_rows,
                              pipeline=args.pipeline, method=args.method, watermark_table=args.watermark_table,
-                             progress=progress)
+                             progress=progress, readers=args.readers, stager=stager)
     except Exception as exc:
         if type(exc).__module__.startswith("pymysql"):
             raise _mysql_failed(args.mysql, exc) from exc
         raise
+    finally:
+        if spark is not None:
+            spark.stop()
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -730,6 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instance", default="default")
     p.add_argument("--pipeline", default="default")
     p.add_argument("--chunk-rows", type=_count(1), default=50_000, help="rows per chunk (integer primary keys)")
+    p.add_argument("--readers", type=_count(1), default=2, help="chunks read at the same time (threads), while "
+                   "the main thread commits")
+    p.add_argument("--spark", action="store_true", help="read chunks in Spark tasks, which write Parquet into "
+                   "the lake and return manifests (local[*] unless configured)")
     p.add_argument("--method", choices=("auto", "snapshot", "watermark"), default="auto",
                    help="snapshot: MariaDB's binlog_snapshot_file/position; watermark: binlog positions observed "
                    "around each chunk (MySQL, RDS); auto: snapshot where the server reports it")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .exitcodes import ExitCode
+from .lake.bootstrap import stage_chunk
 from .lake.engines.base import EngineUnavailable
 from .lake.ingest import run_task
 
@@ -169,5 +170,25 @@ def spark_executor(spark):
         shared = spark.sparkContext.broadcast((batch, resolver, filters))
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
         return rdd.map(lambda task: run_task(task, *shared.value)).collect()
+
+    return run
+
+
+def bootstrap_stager(spark):
+    """A bootstrap stager (binlake.lake.bootstrap.Stager): each chunk is a Spark task that reads it on its own
+    connection (snapshot or watermark method, as in-process) and writes its rows as Parquet files into the lake;
+    the driver gets back manifests only (file paths, sizes, statistics, positions) and commits them."""
+    def run(uri, chunks, batch, plans, part_rows):
+        if not chunks:
+            return []
+        shared = spark.sparkContext.broadcast((uri, batch, plans, part_rows))
+
+        def task(item):
+            index, chunk = item
+            uri, batch, plans, part_rows = shared.value
+            return stage_chunk(uri, chunk, index, batch, plans[(chunk.database, chunk.table)], part_rows)
+
+        rdd = spark.sparkContext.parallelize(list(enumerate(chunks)), len(chunks))
+        return rdd.map(task).collect()
 
     return run

@@ -162,3 +162,87 @@ def test_cli_bootstrap_watermark(mariadb_servers, tmp_path, capsys) -> None:
         cur.execute(f"SELECT COUNT(*) FROM {DB}_wm.cli_marks")
         assert cur.fetchone()[0] == summary["chunks"]
     assert _lake_rows(tmp_path / "lake") == _server_rows(server)
+
+
+def _full_rows(rows) -> dict:
+    return {i: (format(b, "f"), n, s.replace(tzinfo=None) if s else s) for i, b, n, s in rows}
+
+
+@pytest.mark.parametrize(("path", "method"), [("pool", "snapshot"), ("pool", "watermark"), ("spark", "snapshot"),
+                                              ("spark", "watermark")])
+def test_parallel_bootstrap_with_writes_running_then_ingest_equals_select(mariadb_servers, tmp_path, request, path,
+                                                                         method) -> None:
+    """Reader threads (or Spark tasks writing Parquet into the lake) read chunks while a writer inserts, updates,
+    deletes and moves keys; progress counts committed chunks and rows; after an ingest from the recorded position
+    the lake equals SELECT *."""
+    server = mariadb_servers.get("FULL")
+    _setup(server)
+    watermark_table = f"{DB}_wm.par" if method == "watermark" else None
+    if watermark_table:
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}_wm")
+    stager = None
+    if path == "spark":
+        from binlake.spark import bootstrap_stager
+
+        stager = bootstrap_stager(request.getfixturevalue("spark"))
+    calls = []
+
+    def progress(done, total, what):
+        calls.append((done, total, what))
+        time.sleep(0.02)  # slower commits: readers run ahead, the writer keeps writing
+
+    first_file = server.binlog_files()[-1].name
+    stop = threading.Event()
+    thread = threading.Thread(target=_writer, args=(server, stop, 11 if path == "pool" else 12))
+    thread.start()
+    try:
+        time.sleep(0.2)
+        summary = run_bootstrap(server.uri, [(DB, "acct")], str(tmp_path / "lake"), chunk_rows=250, readers=3,
+                                part_rows=90, method=method, watermark_table=watermark_table, stager=stager,
+                                progress=progress)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+    assert summary["method"] == method and summary["chunks"] >= 8
+    assert summary["commits"] >= 2  # parts gathered per commit, more than one commit
+    # Progress counts committed chunks, once each, up to all of them; rows committed add up to the rows read.
+    assert [c[0] for c in calls] == list(range(1, summary["chunks"] + 1))
+    assert calls[-1][2] == f"chunks committed, {summary['rows']:,} rows"
+    layout = LakeLayout(str(tmp_path / "lake"))
+    history = get_engine().read(layout.history_path(DB, "acct"))
+    assert history.num_rows == summary["rows"] and set(history.column("_op").to_pylist()) == {"snapshot"}
+    files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
+    run_ingest(IngestOptions(lake=str(tmp_path / "lake"), files=files, databases={DB}))
+    lake = get_engine().read(layout.current_path(DB, "acct"))
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, balance, note, seen FROM acct")
+        expected = _full_rows(cur.fetchall())
+    got = _full_rows((r["id"], r["balance"], r["note"], r["seen"]) for r in lake.to_pylist())
+    assert got == expected
+    assert not (tmp_path / "lake" / "_binlake" / "staging").exists() or not any(
+        (tmp_path / "lake" / "_binlake" / "staging").rglob("*.parquet"))
+
+
+def test_bootstrap_again_over_an_existing_lake_merges(mariadb_servers, tmp_path) -> None:
+    """A second bootstrap finds the current table there: its rows are staged and merged (newer snapshot rows win,
+    as binlog changes would), history appended; the run's versions stay above the first run's."""
+    server = mariadb_servers.get("FULL")
+    _setup(server)
+    lake = str(tmp_path / "lake")
+    first = run_bootstrap(server.uri, [(DB, "acct")], lake, chunk_rows=700, part_rows=300)
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE acct SET note = 'second', balance = balance * 2 WHERE id % 7 = 0")
+        cur.execute("INSERT INTO acct VALUES (5000, 1.5, 'new', NOW(3))")
+    first_file = server.binlog_files()[-1].name
+    second = run_bootstrap(server.uri, [(DB, "acct")], lake, chunk_rows=400, part_rows=150, readers=3)
+    assert second["batch"] > first["batch"] and second["rows"] == 3001
+    layout = LakeLayout(lake)
+    assert _lake_rows(tmp_path / "lake") == _server_rows(server)
+    assert get_engine().read(layout.history_path(DB, "acct")).num_rows == 3000 + 3001
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM acct WHERE id < 10")
+    files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
+    run_ingest(IngestOptions(lake=lake, files=files, databases={DB}))
+    assert _lake_rows(tmp_path / "lake") == _server_rows(server)
