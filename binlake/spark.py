@@ -11,6 +11,7 @@ Spark SQL on `delta.`path`` tables work in it.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -162,14 +163,50 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     return session
 
 
+class SparkTaskFailed(RuntimeError):
+    """A Spark decode task failed (its error, an executor lost or out of memory): one line naming the stage, the
+    file and the position range. Nothing was committed for the batch; a re-run decodes it again."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+def _task_failure(exc: BaseException, tasks: list) -> SparkTaskFailed:
+    """The one-line error for a failed Spark job of decode tasks (task i of the job is tasks[i])."""
+    text = str(exc)
+    found = re.search(r"Task (\d+) in stage [\d.]+ failed", text)
+    where = ""
+    if found and int(found.group(1)) < len(tasks):
+        _path, name, _seq, start, stop = tasks[int(found.group(1))]
+        where = f" {name} [{start}, {'end' if stop is None else stop})"
+    cause = None
+    for pattern in (r"(java\.lang\.OutOfMemoryError[^\n]*)", r"\n(\w+(?:Error|Exception|Mismatch|Missing)[^\n]*)\n",
+                    r"(ExecutorLostFailure[^\n]*)", r"(SparkException: [^\n]*)"):
+        m = re.search(pattern, text)
+        if m:
+            cause = m.group(1).strip()
+            break
+    cause = " ".join((cause or text.strip().splitlines()[0] if text.strip() else type(exc).__name__).split())
+    return SparkTaskFailed(f"Spark decode stage failed at{where or ' an unknown range'}: {cause[:400]}")
+
+
 def spark_executor(spark):
-    """An ingest executor that runs each decode task as a Spark task and collects the results."""
-    def run(tasks, batch, resolver, filters):
+    """An ingest executor that runs each decode task as a Spark task. Given the batch's staging folder (prepare
+    passes it), the tasks write their history rows there (binlake.lake.staging) and only their manifests come
+    back to the driver; without it the rows come back in the results."""
+    def run(tasks, batch, resolver, filters, stage=None):
         if not tasks:
             return []
-        shared = spark.sparkContext.broadcast((batch, resolver, filters))
+        shared = spark.sparkContext.broadcast((batch, resolver, filters, stage))
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        return rdd.map(lambda task: run_task(task, *shared.value)).collect()
+        try:
+            return rdd.map(lambda task: run_task(task, *shared.value)).collect()
+        except Exception as exc:
+            if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException") and \
+                    "Job aborted" not in str(exc):
+                raise
+            raise _task_failure(exc, tasks) from None
+        finally:
+            shared.unpersist()
 
     return run
 

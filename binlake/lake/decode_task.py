@@ -22,7 +22,9 @@ from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
 from .history import CommittedBatch, history_table
+from .staging import write_piece
 
+SEQ_FILE_SHIFT = 40  # binlake.lake.current.event_seq
 FLUSH_ROWS = 32_768  # committed rows held as Python values before they are converted to Arrow
 PROGRESS_BYTES = 1 << 20  # progress callbacks about every MiB of binlog
 
@@ -41,18 +43,25 @@ class TableResult:
     history: list[pa.Table] = field(default_factory=list)
     table_map: object = None  # binlake.binlog.tablemap.TableMap of the last change (columns, key, schema)
     versions: dict = field(default_factory=dict)  # schema version id -> the TableMap decoded under it
+    # Staged ranges (binlake.lake.staging): the history rows are in Parquet pieces, these are their manifests.
+    staged: list[dict] = field(default_factory=list)
+    # Runs of one schema version in binlog order: [version, first seq, last seq] (the merge's segments).
+    runs: list[list] = field(default_factory=list)
 
     @property
     def history_ipc(self) -> list[bytes]:
         return [_ipc(table) for table in self.history]
 
     def __getstate__(self) -> dict:
-        return {"history_ipc": self.history_ipc, "table_map": self.table_map, "versions": self.versions}
+        return {"history_ipc": self.history_ipc, "table_map": self.table_map, "versions": self.versions,
+                "staged": self.staged, "runs": self.runs}
 
     def __setstate__(self, state: dict) -> None:
         self.history = [read_ipc(data) for data in state["history_ipc"]]
         self.table_map = state["table_map"]
         self.versions = state["versions"]
+        self.staged = state.get("staged", [])
+        self.runs = state.get("runs", [])
 
 
 @dataclass
@@ -117,17 +126,20 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
                  resolver=None, tables=None, databases=None,
-                 progress: Callable[[int], None] | None = None) -> RangeResult:
+                 progress: Callable[[int], None] | None = None, stage: str | None = None) -> RangeResult:
     """Decode [start, stop) of one file (whole transactions only) into per-table history rows. `progress` is
-    told the position reached (end of the last committed transaction), about every MiB."""
+    told the position reached (end of the last committed transaction), about every MiB. With `stage` (a batch's
+    staging folder, binlake.lake.staging) the rows are written there as Parquet pieces and the result carries
+    only their manifests."""
     with cyclic_gc_paused():
-        return _decode_range(path, name, file_seq, start, stop, batch_id, resolver, tables, databases, progress)
+        return _decode_range(path, name, file_seq, start, stop, batch_id, resolver, tables, databases, progress,
+                             stage)
 
 
 def tracked_executor(report: Callable[[int, int], None]) -> Callable:
     """An in-process executor (the ingest Executor signature) that reports (bytes decoded, bytes in all tasks)."""
 
-    def execute(tasks: list, batch: int, resolver, filters) -> list[RangeResult]:
+    def execute(tasks: list, batch: int, resolver, filters, stage: str | None = None) -> list[RangeResult]:
         tables, databases = filters
         spans = [(stop if stop is not None else Path(path).stat().st_size) - (start or 4)
                  for path, _name, _seq, start, stop in tasks]
@@ -149,7 +161,8 @@ def tracked_executor(report: Callable[[int, int], None]) -> Callable:
 
 
 def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
-                  resolver, tables, databases, progress: Callable[[int], None] | None) -> RangeResult:
+                  resolver, tables, databases, progress: Callable[[int], None] | None,
+                  stage: str | None = None) -> RangeResult:
     opts = DecodeOptions(start_position=start if start and start > 4 else None, stop_position=stop, commits=True,
                          table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False,
                          on_schema_mismatch="skip")  # one table's mismatch holds back that table only
@@ -159,6 +172,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     committed: dict[int, list[CommittedBatch]] = {}  # id(table map) -> rows events
     maps: dict[int, object] = {}
     latest: dict[str, object] = {}  # table -> its TABLE_MAP at the latest committed change
+    runs: dict[str, list[list]] = {}  # table -> [version, first seq, last seq] in binlog order
     built: dict[int, list[pa.Table]] = {}  # id(table map) -> history pieces already converted
     held = 0  # committed rows not yet converted
     reported = result.end
@@ -203,6 +217,12 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                     result.counts[(tm.qualified_name, rows.op)] += len(rows.pairs)
                     held += len(rows.pairs)
                     latest[tm.qualified_name] = tm
+                    seq = file_seq << SEQ_FILE_SHIFT | rows.pos
+                    mine = runs.setdefault(tm.qualified_name, [])
+                    if mine and mine[-1][0] == tm.schema_version:
+                        mine[-1][2] = seq
+                    else:
+                        mine.append([tm.schema_version, seq, seq])
                 pending = []
                 if held >= FLUSH_ROWS:
                     flush()
@@ -239,16 +259,21 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
         # Only non-transactional events (ROTATE, STOP) follow the last commit: the file is fully consumed.
         result.end = end.pos
     flush()
-    for key, pieces in built.items():
+    for n, (key, pieces) in enumerate(built.items()):
         tm = maps[key]
         if tm.qualified_name in result.held:
             continue
         entry = result.tables.setdefault(tm.qualified_name, TableResult())
-        entry.history.append(pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
+        rows = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        if stage is not None:
+            entry.staged.append(write_piece(stage, tm.qualified_name, file_seq, result.start, n, rows))
+        else:
+            entry.history.append(rows)
         entry.versions[tm.schema_version] = tm
     for name, tm in latest.items():
         if name not in result.held:
             result.tables[name].table_map = tm
+            result.tables[name].runs = runs.get(name, [])
     for (table, op) in list(result.counts):
         if table in result.held:
             del result.counts[(table, op)]

@@ -32,17 +32,21 @@ from .layout import LakeLayout
 
 OPS = ("insert", "update", "delete")
 Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
-Executor = Callable[[list[Task], int, object, object], list[RangeResult]]
+# (tasks, batch, resolver, filters, stage): `stage` is the batch's staging folder (binlake.lake.staging), where an
+# executor running the tasks away from this process (Spark) has them write their history rows; in-process
+# executors may ignore it and return the rows in the results.
+Executor = Callable[..., list[RangeResult]]
 
 
-def run_task(task: Task, batch: int, resolver, filters) -> RangeResult:
-    """One decode task; what a Spark task runs (everything it needs is in its arguments)."""
+def run_task(task: Task, batch: int, resolver, filters, stage: str | None = None) -> RangeResult:
+    """One decode task; what a Spark task runs (everything it needs is in its arguments). With `stage`, its history
+    rows go to Parquet pieces there and the result holds their manifests (binlake.lake.staging)."""
     path, name, seq, start, stop = task
     tables, databases = filters
-    return decode_range(path, name, seq, start, stop, batch, resolver, tables, databases)
+    return decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage)
 
 
-def local_executor(tasks: list[Task], batch: int, resolver, filters) -> list[RangeResult]:
+def local_executor(tasks: list[Task], batch: int, resolver, filters, stage: str | None = None) -> list[RangeResult]:
     return [run_task(t, batch, resolver, filters) for t in tasks]
 
 

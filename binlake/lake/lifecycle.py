@@ -31,6 +31,7 @@ from .engines import DELETED, SEQ, DeltaEngine
 from .history import META_FIELDS, PARTITION_BY
 from .layout import path_part
 from .pending import lake_fs
+from .staging import in_bounds, slot_facts
 
 # gh-ost (_t_gho, _t_ghc, _t_del) and pt-online-schema-change (_t_new, _t_old) helper tables.
 DEFAULT_HELPERS = (r"^_.+_(gho|ghc|del)$", r"^_.+_(new|old)$")
@@ -503,13 +504,24 @@ class LifecycleRun:
                       | {self.layout.current_path(*_split(n)) for ev in self.events for n in ev["truncate"]})
 
 
-def split_entries(engine: DeltaEngine, layout, pb, histories: dict[str, pa.Table], table_maps: dict,
-                  tracked: Callable[[str], bool], helpers: Iterable[str] | None) -> tuple[dict, dict, dict]:
+def split_entries(engine: DeltaEngine, layout, pb, histories: dict[str, list], table_maps: dict,
+                  tracked: Callable[[str], bool], helpers: Iterable[str] | None,
+                  stage: str | None = None) -> tuple[dict, dict, dict]:
     """Plan the batch's lifecycle (kept in pb.lifecycle) and split each table's history rows by slot: entries
     keyed by the table name, or `name#generation` for a later slot of a name in the same batch. Returns the
-    histories, table maps and per-entry facts (name, slot, generation) by entry."""
+    histories, table maps and per-entry facts (name, slot, generation) by entry.
+
+    `histories`: per table its history pieces, Arrow tables or, with `stage`, staged Parquet pieces' manifests
+    (binlake.lake.staging; each table's value is then {"pieces": [...], "runs": [...]}). A staged table's entry
+    is its pieces with the slot's seq bounds (`seq_from`, `seq_to`): no row is read here but, where a name has
+    several slots in the batch, its operation counts and last schema version, streamed."""
     spans = {}
     for name, pieces in histories.items():
+        if stage is not None:
+            staged = [p for p in pieces["pieces"] if p["rows"]]
+            spans[name] = ((min(p["min_seq"] for p in staged), max(p["max_seq"] for p in staged)) if staged
+                           else (0, 0))
+            continue
         lo = hi = None
         for piece in pieces:
             if not piece.num_rows:
@@ -525,23 +537,33 @@ def split_entries(engine: DeltaEngine, layout, pb, histories: dict[str, pa.Table
     for name, pieces in histories.items():
         slots = [plan["slots"][k] for k in assigned[name]]
         starts = [s["start_seq"] for s in slots]
-        cut = [split_by_slot(piece, starts) for piece in pieces]
-        parts = [_concat([c[i] for c in cut]) for i in range(len(slots))]
+        if stage is not None:
+            parts = _staged_parts(stage, pieces, starts)
+        else:
+            cut = [split_by_slot(piece, starts) for piece in pieces]
+            parts = [_concat([c[i] for c in cut]) for i in range(len(slots))]
         versions, last_tm = table_maps[name]
         if len(parts) > 1:
             for op in ("insert", "update", "delete"):
                 counts.pop((name, op), None)
         for i, (slot, part) in enumerate(zip(slots, parts, strict=True)):
-            if len(parts) > 1 and part.num_rows == 0:
+            rows = part["rows"] if stage is not None else part.num_rows
+            if len(parts) > 1 and rows == 0:
                 continue
             entry = name if i == 0 else f"{name}#{slot['generation']}"
             tm = last_tm
             if len(parts) > 1:
-                mine = {v: versions[v] for v in set(part.column("_schema_version").to_pylist()) if v in versions}
-                last_version = part.column("_schema_version")[-1].as_py()
+                if stage is not None:
+                    mine = {v: versions[v] for v in {r[0] for r in part["runs"]} if v in versions}
+                    last_version, ops = part["last_version"], part["ops"]
+                else:
+                    mine = {v: versions[v] for v in set(part.column("_schema_version").to_pylist()) if v in versions}
+                    last_version = part.column("_schema_version")[-1].as_py()
+                    ops = {r["_op"]: r["_op_count"]
+                           for r in part.group_by("_op").aggregate([("_op", "count")]).to_pylist()}
                 tm = versions.get(last_version, last_tm)
-                for r in part.group_by("_op").aggregate([("_op", "count")]).to_pylist():
-                    counts[(entry, r["_op"])] = r["_op_count"]
+                for op, n in ops.items():
+                    counts[(entry, op)] = n
             else:
                 mine = versions
             out_h[entry], out_m[entry] = part, (mine, tm)
@@ -549,6 +571,24 @@ def split_entries(engine: DeltaEngine, layout, pb, histories: dict[str, pa.Table
                             "lifecycle": name.lower() in _touched_names(plan) or slot["state"] != "live"}
     pb.counts = [[t, op, n] for (t, op), n in sorted(counts.items())]
     return out_h, out_m, facts
+
+
+def _staged_parts(stage: str, staged: dict, starts: list[int]) -> list[dict]:
+    """A staged table's rows cut at the slots' start positions, as bounds on its pieces (no data is rewritten)."""
+    pieces, runs = staged["pieces"], staged["runs"]
+    if len(starts) <= 1:
+        return [{"staged": pieces, "runs": runs, "rows": sum(p["rows"] for p in pieces)}]
+    out = []
+    for i in range(len(starts)):
+        lo = starts[i] if i else None
+        hi = starts[i + 1] if i + 1 < len(starts) else None
+        mine = [p for p in pieces if in_bounds(p, lo, hi)]
+        ops, last_version = slot_facts(stage, mine, lo, hi)
+        clipped = [[v, max(a, lo) if lo is not None else a, min(b, hi - 1) if hi is not None else b]
+                   for v, a, b in runs if (lo is None or b >= lo) and (hi is None or a < hi)]
+        out.append({"staged": mine, "runs": clipped, "rows": sum(ops.values()), "seq_from": lo, "seq_to": hi,
+                    "ops": ops, "last_version": last_version})
+    return out
 
 
 def _seqs(history: pa.Table) -> pa.ChunkedArray:

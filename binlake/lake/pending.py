@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 
 from ..exitcodes import ExitCode
 from .control import FileState
+from .staging import drop_stage, read_entry, stage_root
 
 STATES = ("prepared", "quarantined", "released", "published", "discarded")
 DONE = ("published", "discarded")
@@ -114,6 +115,7 @@ class BatchStore:
 
     def __init__(self, lake: str, pipeline: str = "default") -> None:
         self.fs, root = lake_fs(lake)
+        self.lake = lake
         self.dir = f"{root.rstrip('/')}/_binlake/batches/{pipeline}"
         self.pipeline = pipeline
 
@@ -164,8 +166,15 @@ class BatchStore:
             f.write(pickle.dumps(table_maps))
         return names
 
+    def stage(self, batch: int) -> str:
+        """The batch's staging folder (binlake.lake.staging): history rows decode tasks wrote away from here."""
+        return stage_root(self.lake, self.pipeline, batch)
+
     def read_history(self, pb: PendingBatch, name: str) -> pa.Table:
-        path = self._path(pb.batch, pb.tables[name]["file"])
+        info = pb.tables[name]
+        if "staged" in info:
+            return read_entry(self.stage(pb.batch), info)
+        path = self._path(pb.batch, info["file"])
         if isinstance(self.fs, pafs.LocalFileSystem):  # memory-mapped: no copy of the batch's rows
             with pa.memory_map(path) as source:
                 return pa.ipc.open_file(source).read_all()
@@ -179,7 +188,8 @@ class BatchStore:
 
     def drop_data(self, pb: PendingBatch) -> None:
         """After publishing: only the manifest stays."""
-        for name in [*(t["file"] for t in pb.tables.values()), "tables.pkl"]:
+        for name in [*(t["file"] for t in pb.tables.values() if "file" in t), "tables.pkl"]:
             path = self._path(pb.batch, name)
             if self.fs.get_file_info(path).type == pafs.FileType.File:
                 self.fs.delete_file(path)
+        drop_stage(self.stage(pb.batch))

@@ -58,6 +58,7 @@ from .lifecycle import LifecycleRun, lifecycle_held, split_entries
 from .pending import BatchQuarantined, BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
+from .staging import drop_stage
 
 __all__ = [
     "BatchQuarantined",
@@ -151,11 +152,14 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     tasks = [(path, st.file, st.file_seq, a, b) for path, st in todo
              for a, b in plan_ranges(path, st.file, st.end_pos, opts.split_bytes)]
     progress(f"decoding {len(tasks)} range(s)")
-    results = executor(tasks, batch, resolver, (opts.tables, opts.databases))
+    stage = store.stage(batch)
+    drop_stage(stage)  # pieces a killed earlier attempt at this batch left (it never saved a manifest)
+    results = executor(tasks, batch, resolver, (opts.tables, opts.databases), stage)
     seconds["decode"] = time.perf_counter() - t0
 
     pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat())
     histories, table_maps = _collect(results, pb)
+    staged = stage if _staged(results) else None
     by_file: dict[str, list[RangeResult]] = {}
     for res in results:
         by_file.setdefault(res.file, []).append(res)
@@ -174,21 +178,39 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
                          "last_ts": st.last_ts.isoformat() if st.last_ts else None})
     _hold_decoded(pb, results, holds, histories, table_maps)
     histories, table_maps, facts = split_entries(engine, layout, pb, histories, table_maps, _tracked(opts),
-                                                 opts.helper_tables)
+                                                 opts.helper_tables, staged)
     t0 = time.perf_counter()
-    names = store.write_data(batch, histories, table_maps)
-    for name, history in histories.items():
-        tm = table_maps[name][1]
-        newest = pc.max(history.column("_commit_ts")).as_py() if history.num_rows else None
-        pb.tables[name] = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key),
-                           "file": names[name], "rows": history.num_rows,
-                           "newest_commit_ts": newest.isoformat() if newest else None, **facts[name]}
+    _record_entries(store, pb, histories, table_maps, facts, staged)
     pb.schema_end = _schema_at_end(engine, layout, resolver, pb, table_maps, todo)
     pb.seconds = seconds
     store.save(pb)  # from here on, the batch is resumed rather than decoded again
     pb.seconds["persist batch"] = time.perf_counter() - t0
     _append_history(engine, layout, store, pb, progress, histories)
     return batch
+
+
+def _staged(results: list[RangeResult]) -> bool:
+    """Whether the decode tasks staged their history rows (binlake.lake.staging) rather than returning them."""
+    return any(tr.staged for res in results for tr in res.tables.values())
+
+
+def _record_entries(store: BatchStore, pb: PendingBatch, histories: dict, table_maps: dict, facts: dict,
+                    staged: str | None, append_from: dict | None = None) -> None:
+    """Persist each entry's history (Arrow rows, or staged pieces' manifests) and TableMaps; fill pb.tables."""
+    names = store.write_data(pb.batch, {} if staged else histories, table_maps)
+    for name, history in histories.items():
+        tm = table_maps[name][1]
+        info = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key)}
+        if staged:
+            info.update({k: v for k, v in history.items() if k in ("staged", "runs", "rows", "seq_from", "seq_to")})
+            newest = max((p["newest_commit_ts"] for p in history["staged"] if p.get("newest_commit_ts")), default=None)
+        else:
+            last = pc.max(history.column("_commit_ts")).as_py() if history.num_rows else None
+            newest = last.isoformat() if last else None
+            info.update({"file": names[name], "rows": history.num_rows})
+        if append_from is not None:
+            info["append_from"] = append_from.get(name, 0)
+        pb.tables[name] = {**info, "newest_commit_ts": newest, **facts[name]}
 
 
 def _schema_at_end(engine: DeltaEngine, layout: LakeLayout, resolver, pb: PendingBatch, table_maps: dict,
@@ -262,7 +284,7 @@ def hold_table(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: P
             registry.rows.pop(name, None)
         else:
             registry.rows[name] = saved
-    first = _first_change(store, pb, info) if info.get("file") else (None, None)
+    first = _first_change(store, pb, info) if info.get("file") or info.get("staged") else (None, None)
     if first == (None, None) and end.get("ddl"):  # no row of it in the batch: where the DDL it failed on is
         seq, pos = end["ddl"]["key"]
         first = (next((f["file"] for f in pb.files if f["file_seq"] == seq), None), pos)
@@ -283,9 +305,11 @@ def _first_change(store: BatchStore, pb: PendingBatch, info: dict) -> tuple[str 
     return history.column("_binlog_file")[0].as_py(), history.column("_pos")[0].as_py()
 
 
-def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, list[pa.Table]], dict[str, tuple]]:
-    """Each table's history pieces (in file order) and (versions, last TableMap); batch-wide tallies into `pb`."""
-    parts: dict[str, list[pa.Table]] = {}
+def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, list], dict[str, tuple]]:
+    """Each table's history pieces (in file order) and (versions, last TableMap); batch-wide tallies into `pb`.
+    Staged results (binlake.lake.staging) give each table {"pieces": manifests, "runs": schema version runs}."""
+    parts: dict[str, list] = {}
+    staged: dict[str, dict] = {}
     versions: dict[str, dict] = {}
     last: dict[str, object] = {}
     counts: Counter = Counter()
@@ -299,12 +323,21 @@ def _collect(results: list[RangeResult], pb: PendingBatch) -> tuple[dict[str, li
             pb.conversions[k] = pb.conversions.get(k, 0) + v
         for name, tr in res.tables.items():
             parts.setdefault(name, []).extend(tr.history)
+            mine = staged.setdefault(name, {"pieces": [], "runs": []})
+            mine["pieces"].extend(tr.staged)
+            for run in tr.runs:
+                if mine["runs"] and mine["runs"][-1][0] == run[0]:
+                    mine["runs"][-1][2] = run[2]
+                else:
+                    mine["runs"].append(list(run))
             versions.setdefault(name, {}).update(tr.versions)
             last[name] = tr.table_map
     pb.counts = [[t, op, n] for (t, op), n in sorted(counts.items())]
     pb.event_types = dict(events)
     # Each table's pieces stay apart until split_entries cut them by lifecycle slot (a name re-used by another
     # table may have columns of other types) and concatenated them.
+    if _staged(results):
+        parts = staged
     return parts, {name: (versions[name], last[name]) for name in parts}
 
 
@@ -323,6 +356,17 @@ def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, 
                     progress: Progress, histories: dict[str, pa.Table] | None = None) -> None:
     t0 = time.perf_counter()
     for name, info in sorted(pb.tables.items()):
+        path = layout.history_path(info["database"], info["table"], info.get("generation", 1))
+        app_id = layout.app_id("history", info["database"], info["table"])
+        if "staged" in info:  # appended from the staged pieces, streamed (binlake.lake.staging)
+            skip = set(info.get("append_from") or [])
+            only = {**info, "staged": [p for p in info["staged"] if p["path"] not in skip]}
+            appended = engine.append_staged(path, store.stage(pb.batch), only, app_id, pb.batch * 1000,
+                                            partition_by=PARTITION_BY)
+            pb.committed.setdefault(name, {})["history"] = appended or pb.committed.get(name, {}).get("history",
+                                                                                                      False)
+            progress(f"{name}: {info['rows']} history rows {'appended' if appended else 'already committed'}")
+            continue
         history = histories[name] if histories is not None else store.read_history(pb, name)
         if info.get("append_from"):  # a catch-up batch: rows of pieces whose history is already appended first
             history = history.slice(info["append_from"])
@@ -632,9 +676,12 @@ def prepare_catchup(opts: IngestOptions, table: str, executor: Executor = local_
     tasks = [(by_name[piece["file"]], piece["file"], piece["file_seq"], piece["start"], piece["end"])
              for piece in pieces]
     only = re.compile("^" + re.escape(table) + "$")
-    results = executor(tasks, batch, resolver, (only, None))
+    stage = store.stage(batch)
+    drop_stage(stage)
+    results = executor(tasks, batch, resolver, (only, None), stage)
     pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat(), catchup=[table])
     histories, table_maps = _collect(results, pb)
+    staged = stage if _staged(results) else None
     spans: dict[int, dict] = {}
     for piece in pieces:  # one entry per file (the gates check positions per file)
         f = spans.setdefault(piece["file_seq"], {
@@ -656,14 +703,11 @@ def prepare_catchup(opts: IngestOptions, table: str, executor: Executor = local_
                  for t in r.tables[table].history)
     # Only the held table's lifecycle statements count here (the others were applied when their batches ran).
     histories, table_maps, facts = split_entries(engine, layout, pb, histories, table_maps,
-                                                 lambda q: q.lower() == table.lower(), opts.helper_tables)
-    names = store.write_data(batch, histories, table_maps)
-    for name, history in histories.items():
-        tm = table_maps[name][1]
-        newest = pc.max(history.column("_commit_ts")).as_py() if history.num_rows else None
-        pb.tables[name] = {"database": tm.database, "table": tm.table, "has_pk": bool(tm.primary_key),
-                           "file": names[name], "rows": history.num_rows, "append_from": before if name == table
-                           else 0, "newest_commit_ts": newest.isoformat() if newest else None, **facts[name]}
+                                                 lambda q: q.lower() == table.lower(), opts.helper_tables, staged)
+    if staged:  # pieces whose history rows an earlier batch appended are merged, not appended again
+        before = [p["path"] for p in histories.get(table, {}).get("staged", [])
+                  if (p["file_seq"], p["start"]) in appended]
+    _record_entries(store, pb, histories, table_maps, facts, staged, {table: before})
     last = max(pieces, key=lambda x: (x["file_seq"], x["end"]))
     todo = [(by_name[last["file"]], SimpleNamespace(file=last["file"], file_seq=last["file_seq"]))]
     pb.schema_end = {k: v for k, v in _schema_at_end(engine, layout, resolver, pb, table_maps, todo).items()

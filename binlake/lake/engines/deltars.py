@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from ..staging import entry_pieces, entry_reader, unified_schema
 from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
 from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
 from .mergeplan import MergeSpec
@@ -173,6 +174,31 @@ class DeltaRsEngine:
             before = dt.version()
             dt.create_write_transaction(actions, "append", schema, partition_by=partition_by or None,
                                         commit_properties=self._props(meta))
+            self._ensure_commit(dt, before, meta)
+            return True
+
+        return self._retry(attempt)
+
+    def append_staged(self, path: str, stage: str, info: dict, app_id: str, batch: int,
+                      partition_by: list[str] | None = None) -> bool:
+        """Append a batch entry's staged history pieces (binlake.lake.staging) in one commit, streamed: the rows
+        go from the Parquet pieces to the table without being held in memory together."""
+        from deltalake import write_deltalake
+
+        check_batch(app_id, batch)
+        if not entry_pieces(info):
+            return False
+        schema = unified_schema(stage, entry_pieces(info))
+        meta = commit_meta("append", [(app_id, batch)])
+
+        def attempt() -> bool:
+            self.create_empty(path, schema, partition_by)
+            dt = self._dt(path)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False
+            before = dt.version()
+            write_deltalake(dt, entry_reader(stage, info), mode="append", schema_mode="merge",
+                            commit_properties=self._props(meta))
             self._ensure_commit(dt, before, meta)
             return True
 

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from ..staging import SEQ_FILE_SHIFT, entry_pieces, piece_location, unified_schema
 from .base import ColumnChange, EngineError, EngineUnavailable, HistoryEntry, check_batch, is_committed
 from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
@@ -110,6 +111,22 @@ def check_column_names(schema: pa.Schema | pa.DataType, where: str) -> None:
             raise EngineError(f"{where}: column {f.name!r} contains {''.join(bad)!r}, which Delta Spark stores only in "
                               "tables with column mapping (that delta-rs cannot read); use the delta-rs engine for it")
         check_column_names(f.type, where)
+
+
+def _conform(col, have, want):
+    """Column `col` (Spark type `have`, None when absent) as type `want`: struct fields matched by name (a piece
+    of an older schema version lacks the `_before` fields later versions added), other types cast."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    if have is None:
+        return F.lit(None).cast(want)
+    if isinstance(want, StructType) and isinstance(have, StructType) and have != want:
+        fields = {f.name: f.dataType for f in have.fields}
+        inner = F.struct(*[_conform(col.getField(f.name) if f.name in fields else None, fields.get(f.name),
+                                    f.dataType).alias(f.name) for f in want.fields])
+        return F.when(col.isNull(), F.lit(None).cast(want)).otherwise(inner)
+    return col.cast(want) if have != want else col
 
 
 class DeltaSparkEngine:
@@ -270,6 +287,56 @@ class DeltaSparkEngine:
             before, token = self.version(path), uuid.uuid4().hex
             self._writer(self._df(data), "append", app_id, batch, {**meta, "writer": token}).option(
                 "mergeSchema", "true").save(str(path))
+            return self._wrote(path, before, token)
+
+        return self._retry(attempt)
+
+    def staged_frame(self, stage: str, info: dict, schema: pa.Schema | None = None):
+        """A batch entry's staged history pieces (binlake.lake.staging) as one DataFrame read by the executors:
+        each piece conformed to the entries' unified schema, rows outside the entry's seq bounds left out."""
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        pieces = entry_pieces(info)
+        schema = schema or unified_schema(stage, pieces)
+        target = from_arrow_schema(schema, prefer_timestamp_ntz=True)
+        lo, hi = info.get("seq_from"), info.get("seq_to")
+        frames = []
+        for p in pieces:
+            df = self.spark.read.parquet(piece_location(stage, p))
+            have = {f.name: f.dataType for f in df.schema.fields}
+            df = df.select(*[_conform(F.col(quote(f.name)), have.get(f.name), f.dataType).alias(f.name)
+                             for f in target.fields])
+            seq = F.shiftleft(F.col("_file_seq"), SEQ_FILE_SHIFT) + F.col("_pos")
+            if lo is not None:
+                df = df.where(seq >= F.lit(lo))
+            if hi is not None:
+                df = df.where(seq < F.lit(hi))
+            frames.append(df)
+        return reduce(lambda a, b: a.unionByName(b), frames)
+
+    def append_staged(self, path: str, stage: str, info: dict, app_id: str, batch: int,
+                      partition_by: list[str] | None = None) -> bool:
+        """Append a batch entry's staged history pieces in one commit: the executors read the Parquet pieces and
+        write the Delta files; the driver only commits (txnAppId/txnVersion make a retry a no-op)."""
+        check_batch(app_id, batch)
+        pieces = entry_pieces(info)
+        if not pieces:
+            return False
+        schema = unified_schema(stage, pieces)
+        check_column_names(schema, f"append {path}")
+        meta = commit_meta("append", [(app_id, batch)])
+
+        def attempt() -> bool:
+            self.create_empty(path, schema, partition_by)
+            if is_committed(self.txn_version(path, app_id), batch):
+                return False
+            self._ensure_ntz_feature(path, schema)
+            before, token = self.version(path), uuid.uuid4().hex
+            self._writer(self.staged_frame(stage, info, schema), "append", app_id, batch,
+                         {**meta, "writer": token}).option("mergeSchema", "true").save(str(path))
             return self._wrote(path, before, token)
 
         return self._retry(attempt)

@@ -1,0 +1,175 @@
+"""Staged history: decode tasks running away from the driver (Spark executors) write their history rows as Parquet
+files into the lake's storage and hand back only a manifest, so the driver's memory does not grow with the batch.
+
+    LAKE/_binlake/staging/<pipeline>/<batch>/<table>/<file_seq>-<start>-<n>.parquet
+
+One file ("piece") per table and schema version of a decode range. A piece's manifest entry (a dict, JSON in the
+pending batch) holds its path relative to the batch's staging folder, rows, bytes, schema version and the first
+and last change order key (`_seq` = file sequence << 40 | position) it holds. A table's entry in the batch may
+carry seq bounds (`seq_from` inclusive, `seq_to` exclusive): a name re-used by another table in the batch is cut
+into slots (binlake.lake.lifecycle) by filtering, without rewriting files.
+
+Piece file names are fixed by the range and table, so a retried task (or a re-run after a crash) writes the same
+files again. The folder is removed once the batch is published (`drop_stage`); a re-run of an unpublished batch
+keeps using the manifest of the files that are there.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+SEQ_FILE_SHIFT = 40  # binlake.lake.current.SEQ_FILE_SHIFT (current imports history; this module stays below both)
+STAGING = "_binlake/staging"
+
+
+def stage_root(lake: str, pipeline: str, batch: int) -> str:
+    """The batch's staging folder as a location both pyarrow (lake_fs) and Spark read: a URI for object stores,
+    an absolute path for local lakes."""
+    root = lake if "://" in lake else os.path.abspath(lake)
+    return f"{root.rstrip('/')}/{STAGING}/{pipeline}/{batch}"
+
+
+def _fs(location: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in location:
+        return pafs.FileSystem.from_uri(location)
+    return pafs.LocalFileSystem(), location
+
+
+def piece_location(stage: str, piece: dict) -> str:
+    return f"{stage.rstrip('/')}/{piece['path']}"
+
+
+def _seqs(table: pa.Table) -> pa.ChunkedArray:
+    return pc.add(pc.shift_left(table.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
+                  table.column("_pos").cast(pa.int64()))
+
+
+def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, rows: pa.Table) -> dict:
+    """Write one piece (rows of one table and schema version of one range) and return its manifest entry."""
+    fs, root = _fs(stage)
+    rel = f"{quote(table_name, safe='')}/{file_seq}-{start}-{n}.parquet"
+    path = f"{root.rstrip('/')}/{rel}"
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    pq.write_table(rows, tmp, filesystem=fs)
+    fs.move(tmp, path)  # a retried task replaces the file whole
+    seq = pc.min_max(_seqs(rows)).as_py() if rows.num_rows else {"min": 0, "max": 0}
+    versions = rows.column("_schema_version")
+    newest = pc.max(rows.column("_commit_ts")).as_py() if rows.num_rows else None
+    return {"path": rel, "rows": rows.num_rows, "bytes": fs.get_file_info(path).size,
+            "version": versions[0].as_py() if rows.num_rows else None,
+            "min_seq": seq["min"], "max_seq": seq["max"], "file_seq": file_seq, "start": start,
+            "newest_commit_ts": newest.isoformat() if newest else None}
+
+
+def in_bounds(piece: dict, lo: int | None, hi: int | None) -> bool:
+    """Whether a piece may hold rows with lo <= seq < hi."""
+    return (lo is None or piece["max_seq"] >= lo) and (hi is None or piece["min_seq"] < hi)
+
+
+def seq_filter(lo: int | None, hi: int | None) -> pc.Expression | None:
+    seq = pc.add(pc.shift_left(pc.field("_file_seq"), SEQ_FILE_SHIFT), pc.field("_pos"))
+    out = None
+    if lo is not None:
+        out = seq >= lo
+    if hi is not None:
+        out = (seq < hi) if out is None else (out & (seq < hi))
+    return out
+
+
+def entry_pieces(info: dict) -> list[dict]:
+    """The pieces of a batch entry that may hold rows inside its bounds."""
+    lo, hi = info.get("seq_from"), info.get("seq_to")
+    return [p for p in info.get("staged", []) if in_bounds(p, lo, hi)]
+
+
+def scan_piece(stage: str, piece: dict, lo: int | None = None, hi: int | None = None,
+               columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The piece's rows within the bounds, streamed in record batches."""
+    fs, root = _fs(stage)
+    dataset = ds.dataset(f"{root.rstrip('/')}/{piece['path']}", format="parquet", filesystem=fs)
+    yield from dataset.to_batches(columns=columns, filter=seq_filter(lo, hi))
+
+
+def read_piece(stage: str, piece: dict, lo: int | None = None, hi: int | None = None,
+               columns: list[str] | None = None) -> pa.Table:
+    fs, root = _fs(stage)
+    dataset = ds.dataset(f"{root.rstrip('/')}/{piece['path']}", format="parquet", filesystem=fs)
+    return dataset.to_table(columns=columns, filter=seq_filter(lo, hi))
+
+
+def piece_schema(stage: str, piece: dict) -> pa.Schema:
+    fs, root = _fs(stage)
+    return pq.read_schema(f"{root.rstrip('/')}/{piece['path']}", filesystem=fs)
+
+
+def unified_schema(stage: str, pieces: list[dict]) -> pa.Schema:
+    """One schema for pieces of several schema versions (columns added by a version are null elsewhere)."""
+    schemas = [piece_schema(stage, p) for p in pieces]
+    return pa.unify_schemas(schemas, promote_options="permissive") if len(schemas) > 1 else schemas[0]
+
+
+def read_entry(stage: str, info: dict) -> pa.Table:
+    """A batch entry's history rows (in memory: the in-process stages and small tables)."""
+    lo, hi = info.get("seq_from"), info.get("seq_to")
+    pieces = entry_pieces(info)
+    parts = [read_piece(stage, p, lo, hi) for p in pieces]
+    nonempty = [t for t in parts if t.num_rows] or parts[:1]
+    if not nonempty:
+        raise ValueError(f"no staged history rows for {info.get('database')}.{info.get('table')}")
+    return nonempty[0] if len(nonempty) == 1 else pa.concat_tables(nonempty, promote_options="permissive")
+
+
+def entry_reader(stage: str, info: dict) -> pa.RecordBatchReader:
+    """A batch entry's history rows streamed under one schema (history appends without the rows in memory)."""
+    lo, hi = info.get("seq_from"), info.get("seq_to")
+    pieces = entry_pieces(info)
+    schema = unified_schema(stage, pieces)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for p in pieces:
+            for b in scan_piece(stage, p, lo, hi):
+                if b.num_rows:
+                    yield _conform(b, schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    cols = [batch.column(f.name).cast(f.type) if f.name in batch.schema.names else pa.nulls(batch.num_rows, f.type)
+            for f in schema]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def slot_facts(stage: str, pieces: list[dict], lo: int | None, hi: int | None) -> tuple[dict[str, int], str | None]:
+    """Rows per operation and the schema version of the last change within the bounds, streamed."""
+    counts: dict[str, int] = {}
+    last: tuple[int, str | None] | None = None
+    for p in pieces:
+        if not in_bounds(p, lo, hi):
+            continue
+        for b in scan_piece(stage, p, lo, hi, ["_op", "_file_seq", "_pos"]):
+            if not b.num_rows:
+                continue
+            for r in pa.table(b).group_by("_op").aggregate([("_op", "count")]).to_pylist():
+                counts[r["_op"]] = counts.get(r["_op"], 0) + r["_op_count"]
+            top = pc.max(_seqs(pa.table(b))).as_py()
+            if last is None or top > last[0]:
+                last = (top, p["version"])
+    return counts, (last[1] if last else None)
+
+
+def drop_stage(stage: str) -> None:
+    fs, root = _fs(stage)
+    if fs.get_file_info(root).type == pafs.FileType.Directory:
+        fs.delete_dir(root)
