@@ -10,7 +10,7 @@ binlog writer. To add a type: one entry here plus its tests (docs/architecture.m
 The registry is read when a table map is compiled (`codecs_for`: one `ColumnCodec` per column), never per row.
 
 A column's `logical` type (MariaDB INET4/INET6/UUID/VECTOR stored as binary, known from the schema) and MariaDB's
-COMPRESSED columns decode as length-prefixed bytes plus one more step (values.wrapped_value); their Arrow type
+COMPRESSED columns decode as length-prefixed bytes plus one more step (`wrapped_value`); their Arrow type
 and rendering are in `LOGICAL`.
 """
 
@@ -71,6 +71,12 @@ class TypeSpec:
     signedness: tuple[bool, bool] = (False, False)
     charset_meta: tuple[bool, bool] = (False, False)
     fsp_from_schema: bool = False  # MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: precision not in the TABLE_MAP
+    # Stored bytes that need one more step (wrapped_value): MariaDB COMPRESSED columns are inflated; a column of
+    # a type with a `logical` type (VECTOR) or given one by the schema is converted by it; `padded`: row images
+    # strip the trailing zero bytes of a fixed-width binary value (BINARY(n)), put back before converting.
+    compressed: bool = False
+    logical: str | None = None
+    padded: bool = False
     ddl: tuple[str, ...] = ()  # DDL data types (as the DDL parser names them) MySQL logs with this code
     # The TABLE_MAP metadata of such a column: f(column definition (schema.model.ColumnDef), its max bytes or None).
     ddl_meta: Callable[[Any, int | None], int | None] | None = None
@@ -168,8 +174,8 @@ def _blob_reference(col: Column) -> Decoder:
 
 
 def _wrapped_reference(col: Column) -> Decoder:
-    """Length-prefixed bytes, then one more step (values.wrapped_value: inflate, INET/UUID text, floats)."""
-    return values.make_length_prefixed(value_prefix(col), values.wrapped_value(col))
+    """Length-prefixed bytes, then one more step (wrapped_value: inflate, INET/UUID text, floats)."""
+    return values.make_length_prefixed(value_prefix(col), wrapped_value(col))
 
 
 def _integer(code: int, name: str, s: Any, u: Any, codes: tuple[str, str] | None, size: int,
@@ -265,7 +271,7 @@ _ENTRIES = [
                prefix=_char_prefix, charset=True, charset_meta=_BOTH),
     TypeSpec(T.STRING, "CHAR", Meta.STRING, TEXT, reference=_string_reference, columnar=columnar.plan_string,
                rowgen=rowcodegen.emit_string, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
-               charset_meta=_BOTH, ddl=("char", "binary"), ddl_meta=_ddl_size),
+               charset_meta=_BOTH, ddl=("char", "binary"), ddl_meta=_ddl_size, padded=True),
     TypeSpec(T.ENUM, "ENUM", Meta.BE16, ENUM, reference=lambda col: values.make_enum(col.meta, col.enum_labels),
                columnar=columnar.plan_enum, rowgen=rowcodegen.emit_enum, arrow=_const("string"),
                meta_ok=lambda m: m in (1, 2), width=_meta_prefix, ddl=("enum",),
@@ -291,14 +297,14 @@ _ENTRIES = [
     # MySQL 9's VECTOR (MariaDB's vectors are VARBINARY with the logical type "vector"): always wrapped.
     TypeSpec(T.VECTOR, "VECTOR", Meta.BYTE, VECTOR, reference=_wrapped_reference, columnar=columnar.plan_bytes,
                rowgen=_REF, arrow=_const("list<float32>"), meta_ok=_pack_ok, prefix=_meta_or_4, ddl=("vector",),
-               charset_meta=_MYSQL, ddl_meta=_ddl_fixed(4)),
+               charset_meta=_MYSQL, ddl_meta=_ddl_fixed(4), logical="vector"),
     # MariaDB COMPRESSED columns: always wrapped (the bytes are inflated, then decoded as text or kept as bytes).
     TypeSpec(T.BLOB_COMPRESSED, "BLOB/TEXT COMPRESSED", Meta.BYTE, TEXT, reference=_wrapped_reference,
                columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, meta_ok=lambda m: 1 <= m <= 4,
-               prefix=_meta_prefix, charset=True, charset_meta=_MARIADB),
+               prefix=_meta_prefix, charset=True, charset_meta=_MARIADB, compressed=True),
     TypeSpec(T.VARCHAR_COMPRESSED, "VARCHAR COMPRESSED", Meta.LE16, TEXT, reference=_wrapped_reference,
                columnar=columnar.plan_text, rowgen=_REF, arrow=_text_or_binary, prefix=_char_prefix, charset=True,
-               charset_meta=_MARIADB),
+               charset_meta=_MARIADB, compressed=True),
     TypeSpec(T.TYPED_ARRAY, "TYPED_ARRAY", Meta.TYPED, None),  # MySQL multi-valued index arrays: not decoded
 ]
 
@@ -328,19 +334,38 @@ def ddl_names(value: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class LogicalType:
-    """A type the schema names on top of a binary column (MariaDB INET4/INET6/UUID, vectors)."""
+    """A type the schema names on top of a binary column (MariaDB INET4/INET6/UUID, vectors), also a DDL type."""
 
     name: str
+    decode: Callable[[bytes], Any]  # the stored bytes -> the value (values.py)
     arrow: str
     text: bool  # values are text, written and compared as text in SQL (the server converts)
 
 
 LOGICAL: dict[str, LogicalType] = {
-    "inet4": LogicalType("inet4", "string", True),
-    "inet6": LogicalType("inet6", "string", True),
-    "uuid": LogicalType("uuid", "string", True),
-    "vector": LogicalType("vector", "list<float32>", False),
+    "inet4": LogicalType("inet4", values.inet4_text, "string", True),
+    "inet6": LogicalType("inet6", values.inet6_text, "string", True),
+    "uuid": LogicalType("uuid", values.uuid_text, "string", True),
+    "vector": LogicalType("vector", values.vector_floats, "list<float32>", False),
 }
+
+
+def wrapped_value(col: Column) -> Callable[[bytes], Any] | None:
+    """bytes -> value for a column whose stored bytes need one more step (see TypeSpec.compressed), else None.
+    Every decoder path (values, rowcodegen, columnar) reads these as length-prefixed bytes and calls this."""
+    spec = TYPES.get(col.type)
+    if spec is not None and spec.compressed:
+        text = values._text_converter(col)
+        inflate = values.maria_uncompressed
+        return (lambda raw: text(inflate(raw))) if text else inflate
+    logical = col.logical or (spec.logical if spec is not None else None)
+    if logical is None:
+        return None
+    fn = LOGICAL[logical].decode
+    if spec is not None and spec.padded:
+        width = col.meta
+        return lambda raw: fn(bytes(raw).ljust(width, b"\0"))
+    return fn
 
 
 def type_of(code: int) -> TypeSpec | None:
@@ -386,7 +411,7 @@ def column_decoder(col: Column) -> Decoder:
     spec = TYPES.get(col.type)
     if spec is not None:
         _check_meta(col, spec)
-    wrapped = values.wrapped_value(col)
+    wrapped = wrapped_value(col)
     if wrapped is not None:
         return values.make_length_prefixed(value_prefix(col), wrapped)
     if spec is None or spec.reference is None:
@@ -404,7 +429,7 @@ class ColumnCodec:
         self.col = col
         self.decode = column_decoder(col)  # raises ValueError_ on impossible metadata or an undecodable type
         spec = self.spec = TYPES.get(col.type)  # None only for a wrapped column of an unknown type
-        self.wrapped = values.wrapped_value(col)
+        self.wrapped = wrapped_value(col)
         self.prefix = value_prefix(col)
         self.struct = spec.struct[col.signed is False] if spec is not None and spec.struct is not None else None
         self.width = spec.width(col) if spec is not None and spec.width is not None else None

@@ -518,23 +518,3 @@ def maria_uncompressed(raw: bytes) -> bytes:
     if len(out) != size:
         raise ValueError_(f"COMPRESSED value inflates to {len(out)} bytes, its header says {size}")
     return out
-
-
-LOGICAL_TYPES = {"inet4": inet4_text, "inet6": inet6_text, "uuid": uuid_text, "vector": vector_floats}
-COMPRESSED_TYPES = frozenset({T.BLOB_COMPRESSED, T.VARCHAR_COMPRESSED})
-
-
-def wrapped_value(col: Column):
-    """bytes -> value for the columns whose stored bytes need one more step (the types above), else None.
-    Every decoder path (values, rowcodegen, columnar) reads these as length-prefixed bytes and calls this."""
-    if col.type in COMPRESSED_TYPES:
-        text = _text_converter(col)
-        return (lambda raw: text(maria_uncompressed(raw))) if text else maria_uncompressed
-    logical = col.logical or ("vector" if col.type == T.VECTOR else None)
-    if logical is None:
-        return None
-    fn = LOGICAL_TYPES[logical]
-    if col.type == T.STRING:
-        width = col.meta
-        return lambda raw: fn(bytes(raw).ljust(width, b"\0"))
-    return fn

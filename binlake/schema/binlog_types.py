@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..binlog.charsets import COLLATION_CHARSET, COLLATION_IDS
-from ..binlog.coltypes import BLOB_PACK, DDL_TYPES, TYPES
+from ..binlog.coltypes import BLOB_PACK, DDL_TYPES, LOGICAL, TYPES
 from ..binlog.constants import ColumnType as T
 from ..binlog.tablemap import Column, TableMap
 from .model import ColumnDef, TableDef
@@ -121,7 +121,7 @@ def _mariadb_shape(col: ColumnDef) -> BinlogShape | None:
 
 
 # Schema types whose binlog storage is an ordinary binary type: the decoder reads the bytes as this.
-LOGICAL_TYPES = {"inet4": "inet4", "inet6": "inet6", "uuid": "uuid", "vector": "vector"}
+LOGICAL_TYPES = {name: name for name in LOGICAL}  # coltypes.LOGICAL: the DDL type names the logical type
 
 
 def table_map_for(tdef: TableDef, mariadb: bool) -> TableMap:
