@@ -11,13 +11,16 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import redis
 
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
 from binlake.sinks.kafka import KILL_AT_ENV
@@ -443,3 +446,56 @@ def test_publisher_killed_at_random_points_delivers_each_change_once(
     assert len([r for r in uncommitted if r.value is not None]) > len([r for r in records if r.value is not None])
     assert "nothing new to publish" in publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb",
                                                    "0.02").stdout
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path):
+    """A private redis-server (Debian's) on a free loopback port, no persistence; stopped after the test."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server binary (apt-get install -y redis-server); scripts/dev.sh setup installs it")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+                             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    client = redis.Redis(host="127.0.0.1", port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_redis_cache_example_equals_the_tables(kafka_broker: PrivateKafka, mariadb_full: PrivateMariaDB,
+                                               workload_binlogs, redis_url: str, tmp_path: Path) -> None:
+    """docs/examples/redis_cache.py keeps Redis equal to SELECT * of every keyed table: run after half the files
+    are published, then again (resuming from its offsets in Redis) after the rest."""
+    source, _work = workload_binlogs
+    files = sorted(source.iterdir())
+    half = tmp_path / "half"
+    half.mkdir()
+    for f in files[: len(files) // 2]:
+        (half / f.name).symlink_to(f)
+    prefix = "k20redis"
+    example = [sys.executable, str(PROJECT_ROOT / "docs" / "examples" / "redis_cache.py"), kafka_broker.bootstrap,
+               prefix, redis_url, "5"]
+    publish_cli(kafka_broker.bootstrap, half, prefix, "--batch-mb", "0.05")
+    subprocess.run(example, check=True, timeout=600)
+    client = redis.Redis.from_url(redis_url)
+    partial = {k: dict(client.hgetall(k)) for k in client.keys(f"{prefix}.*") if b"#" not in k}
+    assert partial, "the first half already filled the cache"
+    publish_cli(kafka_broker.bootstrap, source, prefix, "--batch-mb", "0.05")
+    subprocess.run(example, check=True, timeout=600)
+    expected = {t: rows for t, rows in server_tables(mariadb_full).items() if TABLES[t.split(".")[1]][1]}
+    cache = {}
+    for table in expected:
+        raw = client.hgetall(f"{prefix}.{table}")
+        cache[table] = {_norm_key(k): json.loads(v) for k, v in raw.items()}
+    assert project(cache, expected) == expected
+    assert not client.exists(f"{prefix}.{DBS[1]}.logs"), "tables without a key are not cached"
