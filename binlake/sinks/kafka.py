@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -126,14 +127,14 @@ def _quote(strings: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', strings, '"', "")
 
 
-_CONTROL = "[\\x00-\\x1f]"
-
-
-def _json_strings(arr: pa.Array) -> pa.Array:
+def _json_strings(arr) -> pa.Array:
     """Text as JSON string literals (null stays null). Backslash, quote and common controls are escaped in Arrow;
     a column holding other control characters is encoded by the json module."""
-    if len(arr) and pc.any(pc.match_substring_regex(pc.replace_substring_regex(arr, "[\\n\\r\\t]", ""),
-                                                    _CONTROL)).as_py():
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if not len(arr) or not pc.any(pc.match_substring_regex(arr, '[\\x00-\\x1f"\\\\]')).as_py():
+        return _quote(arr)  # nothing to escape (the common case): one pass
+    if pc.any(pc.match_substring_regex(arr, "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]")).as_py():
         return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in arr.to_pylist()],
                         pa.string())
     s = pc.replace_substring(arr, "\\", "\\\\")
@@ -156,8 +157,9 @@ def json_fragments(arr: pa.Array) -> pa.Array:
         s = arr.cast(pa.string())
     elif pa.types.is_decimal(t) or pa.types.is_date(t):
         s = _quote(arr.cast(pa.string()))
-    elif pa.types.is_timestamp(t):
-        s = _quote(pc.replace_substring(arr.cast(pa.string()), " ", "T", max_replacements=1))
+    elif pa.types.is_timestamp(t):  # a zone-aware (UTC) one is written as its UTC wall time with Z
+        text = pc.replace_substring(arr.cast(pa.timestamp(t.unit)).cast(pa.string()), " ", "T", max_replacements=1)
+        s = pc.binary_join_element_wise('"', text, '"' if t.tz is None else 'Z"', "")
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
         s = _json_strings(arr)
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
@@ -169,32 +171,82 @@ def json_fragments(arr: pa.Array) -> pa.Array:
     return pc.fill_null(s, "null")
 
 
-def _object(names: Sequence[str], fragments: Sequence[pa.Array], n: int) -> pa.Array:
-    """Rows as JSON objects {name: value, ...} from per-column fragments."""
+def _object_parts(names: Sequence[str], fragments: Sequence[pa.Array]) -> list:
+    """The arguments of binary_join_element_wise that write rows as JSON objects {name: value, ...}: literal
+    pieces (Arrow scalars) between the columns' fragments, so one join can write a whole event."""
     if not names:
-        return pa.array(["{}"] * n, pa.string())
+        return [pa.scalar("{}")]
     parts: list = []
     for i, (name, frag) in enumerate(zip(names, fragments, strict=True)):
-        parts.append(("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":")
+        parts.append(pa.scalar(("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":"))
         parts.append(frag)
-    parts.append("}")
-    return pc.binary_join_element_wise(*parts, "")
+    parts.append(pa.scalar("}"))
+    return parts
+
+
+def _join(*parts) -> pa.Array:
+    """Concatenate literal strings and per-row strings (adjacent literals merged first)."""
+    merged: list = []
+    for part in parts:
+        if isinstance(part, str):
+            part = pa.scalar(part)
+        if isinstance(part, pa.Scalar) and merged and isinstance(merged[-1], pa.Scalar):
+            merged[-1] = pa.scalar(merged[-1].as_py() + part.as_py())
+        else:
+            merged.append(part)
+    if all(isinstance(p, pa.Scalar) for p in merged):
+        raise ValueError("nothing per row to join")
+    return pc.binary_join_element_wise(*merged, pa.scalar(""))
 
 
 # -- one decoded range -> ordered messages ---------------------------------------------------------------------------
 
 @dataclass
-class Messages:
-    """A batch's records in binlog order: parallel lists (topic, key, value, partition or None, order key)."""
+class Chunk:
+    """Records of one topic: keys and values (bytes-like or None), a fixed partition (None: by key) and each
+    record's order key (file sequence, position, offset in a payload, row, then k for several records of one row)."""
 
-    topics: list = field(default_factory=list)
-    keys: list = field(default_factory=list)
-    values: list = field(default_factory=list)
-    partitions: list = field(default_factory=list)
-    order: list = field(default_factory=list)  # per record: (file_seq, pos, sub, row, k) for the global sort
+    topic: str
+    keys: list
+    values: list
+    partition: int | None
+    seq: np.ndarray
+    pos: np.ndarray
+    sub: np.ndarray
+    row: np.ndarray
+    k: int = 0
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+@dataclass
+class Messages:
+    """A batch's records, in chunks; `ordered()` gives them in binlog order."""
+
+    chunks: list[Chunk] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)  # (db.table, op) -> change events
     table_topics: dict = field(default_factory=dict)  # topic -> db.table
     schema_changes: int = 0
+
+    def __len__(self) -> int:
+        return sum(len(c) for c in self.chunks)
+
+    def ordered(self) -> tuple[list, list, list, list, list]:
+        """(order, topics, keys, values, partitions): `order` lists the record indexes in binlog order."""
+        chunks = [c for c in self.chunks if len(c)]
+        if not chunks:
+            return [], [], [], [], []
+        sizes = [len(c) for c in chunks]
+        cat = np.concatenate
+        order = np.lexsort((cat([np.full(n, c.k, np.int64) for c, n in zip(chunks, sizes, strict=True)]),
+                            cat([c.row for c in chunks]), cat([c.sub for c in chunks]),
+                            cat([c.pos for c in chunks]), cat([c.seq for c in chunks])))
+        topics = list(chain.from_iterable([c.topic] * n for c, n in zip(chunks, sizes, strict=True)))
+        keys = list(chain.from_iterable(c.keys for c in chunks))
+        values = list(chain.from_iterable(c.values for c in chunks))
+        parts = list(chain.from_iterable([c.partition] * n for c, n in zip(chunks, sizes, strict=True)))
+        return order.tolist(), topics, keys, values, parts
 
 
 class _ServerIds:
@@ -215,6 +267,10 @@ class _ServerIds:
                     sid = self.cache[p] = int.from_bytes(f.read(4), "little")
                 ids.append(sid)
         return np.asarray(ids, np.int64)[inverse]
+
+
+def _one(value: int) -> np.ndarray:
+    return np.asarray([value], np.int64)
 
 
 class Encoder:
@@ -242,98 +298,100 @@ class Encoder:
             self._ddl(out, ddl, server_ids, now_ms, truncate_partitions)
         return out
 
-    def _source(self, db: str, table: str, piece: pa.Table, server_ids: _ServerIds) -> pa.Array:
-        n = piece.num_rows
-        sid = pa.array(server_ids.at(piece.column("_pos").to_numpy())).cast(pa.string())
-        ts = pc.divide(piece.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
-        gtid = pc.fill_null(_quote(piece.column("_gtid").combine_chunks()), "null")
-        file = json.dumps(piece.column("_binlog_file")[0].as_py())
-        return pc.binary_join_element_wise(
-            '{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json + ',"server_id":',
-            sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' + json.dumps(db, ensure_ascii=False) + ',"table":'
-            + json.dumps(table, ensure_ascii=False) + ',"gtid":', gtid, ',"file":' + file + ',"pos":',
-            piece.column("_pos").cast(pa.string()), ',"row":', piece.column("_row").cast(pa.string()), ',"sub":',
-            piece.column("_sub").cast(pa.string()), "}", "") if n else pa.array([], pa.string())
+    def _source_parts(self, db: str, table: str, part: pa.Table, server_ids: _ServerIds) -> list:
+        sid = pa.array(server_ids.at(part.column("_pos").to_numpy())).cast(pa.string())
+        ts = pc.divide(part.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
+        gtid = pc.fill_null(_json_strings(part.column("_gtid")), "null")
+        file = json.dumps(part.column("_binlog_file")[0].as_py(), ensure_ascii=False)
+        return ['{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json + ',"server_id":',
+                sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' + json.dumps(db, ensure_ascii=False) + ',"table":'
+                + json.dumps(table, ensure_ascii=False) + ',"gtid":', gtid, ',"file":' + file + ',"pos":',
+                part.column("_pos").cast(pa.string()), ',"row":', part.column("_row").cast(pa.string()), ',"sub":',
+                part.column("_sub").cast(pa.string()), "}"]
+
+    def _event(self, before: list | None, after: list | None, source: list, op: str, now_ms: str) -> list:
+        """A change event's text per row (before/after: object parts, None for null)."""
+        return _join('{"before":', *(before or ["null"]), ',"after":', *(after or ["null"]), ',"source":', *source,
+                     ',"op":"' + op + '","ts_ms":' + now_ms + ',"transaction":null}').to_pylist()
 
     def _table_piece(self, out: Messages, piece: pa.Table, tm, db: str, name: str, topic: str,
                      server_ids: _ServerIds, now_ms: str) -> None:
-        n = piece.num_rows
         table = f"{db}.{name}"
         cols = [c.key for c in tm.columns] if tm is not None else [
             f for f in piece.column_names if not f.startswith("_")]
         key_cols = [tm.columns[i].key for i in tm.primary_key] if tm is not None and tm.primary_key else []
-        frags = {c: json_fragments(piece.column(c)) for c in cols}
-        row_obj = _object(cols, [frags[c] for c in cols], n)
-        before_struct = piece.column("_before").combine_chunks()
-        has_before = before_struct.is_valid()
-        before_frags = {c: json_fragments(before_struct.field(c)) for c in cols}
-        before_obj = _object(cols, [before_frags[c] for c in cols], n)
-        op = piece.column("_op").combine_chunks()
-        is_insert = pc.equal(op, "insert")
-        is_delete = pc.equal(op, "delete")
-        is_update = pc.equal(op, "update")
-        before = pc.if_else(is_insert, "null", pc.if_else(is_delete, row_obj,
-                                                         pc.if_else(has_before, before_obj, "null")))
-        after = pc.if_else(is_delete, "null", row_obj)
-        letter = pc.if_else(is_insert, '"c"', pc.if_else(is_delete, '"d"', '"u"'))
-        source = self._source(db, name, piece, server_ids)
-        value = pc.binary_join_element_wise('{"before":', before, ',"after":', after, ',"source":', source,
-                                            ',"op":', letter, ',"ts_ms":' + now_ms + ',"transaction":null}', "")
-        if key_cols:
-            key = _object(key_cols, [frags[c] for c in key_cols], n)
-            old_key = _object(key_cols, [before_frags[c] for c in key_cols], n)
-            moved = pc.fill_null(pc.and_(pc.and_(is_update, has_before), pc.not_equal(key, old_key)), False)
-            keys = key.to_pylist()
-        else:
-            moved = pa.array(np.zeros(n, bool))
-            keys = [None] * n
-        values = value.to_pylist()
-        ops = op.to_pylist()
-        seq = piece.column("_file_seq").to_numpy()
-        pos = piece.column("_pos").to_numpy()
-        sub = piece.column("_sub").to_numpy()
-        row = piece.column("_row").to_numpy()
-        moved_rows = set(np.flatnonzero(moved.to_numpy(zero_copy_only=False)).tolist())
-        counts = Counter(ops)
         partition = None if key_cols else 0
-        tombstones = self.tombstones and key_cols
-        o_topics, o_keys, o_values, o_parts, o_order = out.topics, out.keys, out.values, out.partitions, out.order
-        for i in range(n):
-            o = (int(seq[i]), int(pos[i]), int(sub[i]), int(row[i]))
-            if i in moved_rows:
-                # The key changed: a delete of the old key (and its tombstone), then a create of the new one.
-                old = old_key[i].as_py()
-                src = source[i].as_py()
-                records = [(old, '{"before":' + before_obj[i].as_py() + ',"after":null,"source":' + src
-                            + ',"op":"d","ts_ms":' + now_ms + ',"transaction":null}', "d")]
-                if tombstones:
-                    records.append((old, None, None))
-                records.append((keys[i], '{"before":null,"after":' + row_obj[i].as_py() + ',"source":' + src
-                                + ',"op":"c","ts_ms":' + now_ms + ',"transaction":null}', "c"))
-                counts["update"] -= 1
-                for k, (rk, rv, rop) in enumerate(records):
-                    o_topics.append(topic)
-                    o_keys.append(rk)
-                    o_values.append(rv)
-                    o_parts.append(partition)
-                    o_order.append((*o, k))
-                    if rop:
-                        out.counts[(table, rop)] += 1
+        op = piece.column("_op")
+
+        def chunk(part: pa.Table, keys: list, values: list, k: int = 0) -> Chunk:
+            return Chunk(topic, keys, values, partition, part.column("_file_seq").to_numpy(),
+                         part.column("_pos").to_numpy(), part.column("_sub").to_numpy(),
+                         part.column("_row").to_numpy(), k)
+
+        for op_name, letter in (("insert", "c"), ("delete", "d"), ("update", "u")):
+            mask = pc.equal(op, op_name)
+            n = pc.sum(mask.cast(pa.int64())).as_py() or 0
+            if not n:
                 continue
-            o_topics.append(topic)
-            o_keys.append(keys[i])
-            o_values.append(values[i])
-            o_parts.append(partition)
-            o_order.append((*o, 0))
-            if tombstones and ops[i] == "delete":
-                o_topics.append(topic)
-                o_keys.append(keys[i])
-                o_values.append(None)
-                o_parts.append(partition)
-                o_order.append((*o, 1))
-        for op_name, count in counts.items():
-            if count:
-                out.counts[(table, OPS[op_name])] += count
+            part = piece.filter(mask) if n < piece.num_rows else piece
+            frags = {c: json_fragments(part.column(c)) for c in cols}
+            row = _object_parts(cols, [frags[c] for c in cols])
+            keys = (_join(*_object_parts(key_cols, [frags[c] for c in key_cols])).to_pylist() if key_cols
+                    else [None] * n)
+            if op_name != "update":
+                values = self._event(None if letter == "c" else row, row if letter == "c" else None,
+                                     self._source_parts(db, name, part, server_ids), letter, now_ms)
+                out.chunks.append(chunk(part, keys, values))
+                out.counts[(table, letter)] += n
+                if letter == "d" and self.tombstones and key_cols:
+                    out.chunks.append(chunk(part, keys, [None] * n, 1))
+                continue
+            befores = part.column("_before").combine_chunks()
+            bfrags = {c: json_fragments(befores.field(c)) for c in cols}
+            has_before = befores.is_valid()
+            moved = np.zeros(n, bool)
+            if key_cols:
+                old = _join(*_object_parts(key_cols, [bfrags[c] for c in key_cols]))
+                moved = pc.fill_null(pc.and_(has_before, pc.not_equal(old, pa.array(keys, pa.string()))),
+                                     False).to_numpy(zero_copy_only=False)
+            stay = ~moved
+            if stay.any():
+                self._updates(out, part, stay, cols, frags, bfrags, has_before, keys, db, name, server_ids,
+                              now_ms, chunk)
+            if moved.any():
+                # The key changed: a delete of the old key (and its tombstone), then a create of the new one.
+                idx = pa.array(np.flatnonzero(moved))
+                sub_part = part.take(idx)
+                src = self._source_parts(db, name, sub_part, server_ids)
+                after = _object_parts(cols, [frags[c].take(idx) for c in cols])
+                before = _object_parts(cols, [bfrags[c].take(idx) for c in cols])
+                old_keys = old.take(idx).to_pylist()
+                new_keys = [keys[i] for i in idx.to_pylist()]
+                m = len(new_keys)
+                out.chunks.append(chunk(sub_part, old_keys, self._event(before, None, src, "d", now_ms), 0))
+                if self.tombstones:
+                    out.chunks.append(chunk(sub_part, old_keys, [None] * m, 1))
+                out.chunks.append(chunk(sub_part, new_keys, self._event(None, after, src, "c", now_ms), 2))
+                out.counts[(table, "d")] += m
+                out.counts[(table, "c")] += m
+
+    def _updates(self, out: Messages, part: pa.Table, stay: np.ndarray, cols: list, frags: dict, bfrags: dict,
+                 has_before: pa.Array, keys: list, db: str, name: str, server_ids: _ServerIds, now_ms: str,
+                 chunk: Callable) -> None:
+        if not stay.all():
+            sel = pa.array(stay)
+            part = part.filter(sel)
+            frags = {c: f.filter(sel) for c, f in frags.items()}
+            bfrags = {c: f.filter(sel) for c, f in bfrags.items()}
+            has_before = has_before.filter(sel)
+            keys = [k for k, s in zip(keys, stay.tolist(), strict=True) if s]
+        after = _object_parts(cols, [frags[c] for c in cols])
+        before = _object_parts(cols, [bfrags[c] for c in cols])
+        if not pc.all(has_before).as_py():  # updates without a before image (partial JSON, MINIMAL): null
+            before = [pc.if_else(has_before, _join(*before), pa.scalar("null"))]
+        values = self._event(before, after, self._source_parts(db, name, part, server_ids), "u", now_ms)
+        out.chunks.append(chunk(part, keys, values))
+        out.counts[(f"{db}.{name}", "u")] += len(values)
 
     def _ddl(self, out: Messages, ddl: dict, server_ids: _ServerIds, now_ms: str,
              truncate_partitions: Callable[[str], int]) -> None:
@@ -346,18 +404,15 @@ class Encoder:
                   "file": ddl["file"], "pos": pos, "row": 0, "sub": 0}
         changes = []
         timeline = self.resolver.timeline if self.resolver is not None else None
-        for qualified, version in (timeline.changed_at((seq, pos)) if timeline is not None else []):
-            changes.append(_table_change(qualified, version, timeline, (seq, pos)))
+        for _qualified, version in (timeline.changed_at((seq, pos)) if timeline is not None else []):
+            changes.append(_table_change(_qualified, version, timeline, (seq, pos)))
         if not db and changes:
             db = changes[0]["id"].partition(".")[0]
             source["db"] = db
         value = {"source": source, "ts_ms": int(now_ms), "databaseName": db, "schemaName": None, "ddl": sql,
                  "tableChanges": changes}
-        out.topics.append(topic_name(self.prefix, SCHEMA_TOPIC))
-        out.keys.append(_compact({"databaseName": db}))
-        out.values.append(_compact(value))
-        out.partitions.append(0)
-        out.order.append((seq, pos, 0, -1, 0))
+        out.chunks.append(Chunk(topic_name(self.prefix, SCHEMA_TOPIC), [_compact({"databaseName": db})],
+                                [_compact(value)], 0, _one(seq), _one(pos), _one(0), _one(-1), 0))
         out.schema_changes += 1
         op = lifecycle_of(sql, db or None)
         if op is not None and op.kind == "truncate":
@@ -371,11 +426,7 @@ class Encoder:
         value = _compact({"before": None, "after": None, "source": {**source, "db": db, "table": name},
                           "op": "t", "ts_ms": int(now_ms), "transaction": None})
         for p in range(truncate_partitions(topic)):
-            out.topics.append(topic)
-            out.keys.append(None)
-            out.values.append(value)
-            out.partitions.append(p)
-            out.order.append((seq, pos, 0, -1, 1 + p))
+            out.chunks.append(Chunk(topic, [None], [value], p, _one(seq), _one(pos), _one(0), _one(-1), 1 + p))
         out.table_topics.setdefault(topic, f"{db}.{name}")
         out.counts[(f"{db}.{name}", "t")] += 1
 
@@ -578,7 +629,7 @@ class KafkaPublisher:
                 summary.end = end
                 summary.changes.update(messages.counts)
                 summary.schema_changes += messages.schema_changes
-                summary.messages += len(messages.values) + 1
+                summary.messages += len(messages) + 1
                 say(f"batch {batch}: {name} {range_start}..{result.end}, {sum(messages.counts.values())} changes")
         self.producer.flush(opts.timeout)
         summary.seconds["total"] = time.perf_counter() - started
@@ -588,8 +639,7 @@ class KafkaPublisher:
         wanted = {t: (self.opts.partitions, {}) for t in messages.table_topics}
         self._ensure_topics(wanted)
         producer = self.producer
-        order = sorted(range(len(messages.order)), key=messages.order.__getitem__)
-        topics, keys, values, parts = messages.topics, messages.keys, messages.values, messages.partitions
+        order, topics, keys, values, parts = messages.ordered()
         self._delivery_error = None
         producer.begin_transaction()
         try:

@@ -1,0 +1,102 @@
+"""Kafka publish speed on the decoder benchmark's 500,000-change binlog (built by benchmarks/decode.py if missing).
+
+A private single-node KRaft broker (binlake/testing/kafka.py, on this machine: it shares the cores) takes
+`binlake publish`'s change events: changes per second published end to end, i.e. until the last transaction's
+commit returned (every record acknowledged by the broker), beside decode-only in the same run (goal: within 2x).
+Each publish runs in a fresh process on a fresh topic prefix, timed after its one-off imports (reported apart, as
+benchmarks/ingest.py does), with the split between decoding, encoding and producing. Usage:
+
+    .venv/bin/python benchmarks/publish.py [--repeat 3] [--json benchmarks/results/publish.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+t = time.perf_counter()
+from binlake.sinks.kafka import KafkaSinkOptions, publish
+import pyarrow
+pyarrow.array([0])
+imports = time.perf_counter() - t
+bootstrap, prefix, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+opts = KafkaSinkOptions(bootstrap, prefix, files)
+t, c = time.perf_counter(), time.process_time()
+s = publish(opts)
+first, first_cpu = time.perf_counter() - t, time.process_time() - c
+t = time.perf_counter(); again = publish(opts); second = time.perf_counter() - t
+print(json.dumps({{"changes": sum(s.changes.values()), "messages": s.messages, "batches": s.batches,
+                  "first": first, "first_cpu": first_cpu, "second": second, "second_batches": again.batches,
+                  "imports": imports, "split": s.seconds}}))
+"""
+
+
+def decode_only(files: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of decoding every row of `files` in this process (as benchmarks/ingest.py)."""
+    from binlake.binlog.decoder import BinlogDecoder
+
+    t, c = time.perf_counter(), time.process_time()
+    for _ in BinlogDecoder().decode_files(files):
+        pass
+    return time.perf_counter() - t, time.process_time() - c
+
+
+def run_child(bootstrap: str, prefix: str, files: list[str]) -> dict:
+    code = CHILD.format(root=str(HERE.parent))
+    done = subprocess.run([sys.executable, "-c", code, bootstrap, prefix, *files], capture_output=True, text=True,
+                          env=dict(os.environ))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"publish run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--repeat", type=int, default=3, help="decode-only and publish runs, alternated; the best "
+                        "of each is reported")
+    args = parser.parse_args()
+    from benchmarks.decode import cached_binlog
+    from binlake.testing.kafka import PrivateKafka
+
+    files = [str(f) for f in cached_binlog(500_000, False)]
+    broker = PrivateKafka.start(heap="1g")
+    try:
+        decodes, runs = [], []
+        for i in range(max(1, args.repeat)):
+            decodes.append(decode_only(files))
+            runs.append(run_child(broker.bootstrap, f"bench{i}", files))
+    finally:
+        broker.stop()
+    wall, cpu = min(d[0] for d in decodes), min(d[1] for d in decodes)
+    best = min(runs, key=lambda r: r["first"])
+    figures = {
+        "decode_only_seconds": round(wall, 2), "decode_only_cpu_seconds": round(cpu, 2), "repeat": args.repeat,
+        "publish": best,
+        "changes_per_second_published": round(best["changes"] / best["first"]),
+        "changes_per_second_decode_only": round(best["changes"] / wall),
+        "publish_over_decode": round(best["first"] / wall, 2),
+        "publish_over_decode_cpu": round(min(r["first_cpu"] for r in runs) / cpu, 2),
+        "publish_cold_over_decode": round((best["first"] + best["imports"]) / wall, 2),
+        "all_publish_seconds": [round(r["first"], 2) for r in runs],
+    }
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
