@@ -18,17 +18,18 @@ different columns, events over rows.COLUMNAR_MAX_BYTES) stay on the row-at-a-tim
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
-from decimal import Decimal
 from itertools import compress, repeat
-from operator import add, and_, getitem
+from operator import and_, not_
 from typing import Any
 
-from .charsets import BINARY, codec_of, decoder_for
+from .charsets import BINARY, codec_of, decode_mysql_latin1, decoder_for
+from .constants import ColumnType as T
 from .constants import RowsKind
 from .jsonb import decode_jsonb_text
 from .packing import BodyError
-from .rowcodegen import _DECIMAL_CONTEXT, FRAC3, date_part, make_fast_decimal, timestamp_base
+from .rowcodegen import FRAC3, date_part, make_fast_decimal, timestamp_base
 from .tablemap import Column, TableMap
 from .values import (
     ABSENT,
@@ -37,6 +38,7 @@ from .values import (
     decimal_groups,
     guess_text,
 )
+from .vectorized import date_texts, datetime2_texts, decimal_values, joined_texts, timestamp2_texts
 
 CACHE_LIMIT = 65_536
 DECIMAL_INT_PARTS = 512  # integer parts cached per DECIMAL(p,s), each with its values (memory bound)
@@ -207,49 +209,41 @@ def plan_decimal(codec: Any, bit: int) -> _Col:
 
 
 def plan_datetime2(codec: Any, bit: int) -> _Col:
+    """A whole column at a time with numpy (vectorized.datetime2_texts); `one` (by cached date and time of day)
+    converts a column holding a value the vector path does not format."""
     col = codec.col
     fsp = col.meta
-    nb = (fsp + 1) // 2
+    size = 5 + (fsp + 1) // 2
     dates, tops = _DATES.__getitem__, _HOUR_TOP.__getitem__
-    if fsp:
-        fracs = _frac_cache(fsp, signed=True).__getitem__
+    fracs = _frac_cache(fsp, signed=True).__getitem__ if fsp else None
 
-        def vec(f):
-            # One join per value: no intermediate 'date time' string.
-            times = map(getitem, map(tops, f[0]), f[1])
-            return list(map("".join, zip(map(dates, f[0]), times, map(fracs, f[2]), strict=True)))
+    def one(raw):
+        text = dates(raw[:3]) + tops(raw[:3])[raw[3] | raw[4] << 8]
+        return text + fracs(raw[5:]) if fracs else text
 
-        def one(a, b, c):
-            return dates(a) + tops(a)[b] + fracs(c)
+    def vec(f):
+        values = datetime2_texts(f[0], fsp)
+        return values if values is not None else list(map(one, f[0]))
 
-        return _Col(col.index, bit, ["3s", "H", f"{nb}s"], 0, vec, one)
-
-    def vec0(f):
-        return list(map(add, map(dates, f[0]), map(getitem, map(tops, f[0]), f[1])))
-
-    def one0(a, b):
-        return dates(a) + tops(a)[b]
-
-    return _Col(col.index, bit, ["3s", "H"], 0, vec0, one0)
+    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
 
 
 def plan_timestamp2(codec: Any, bit: int) -> _Col:
+    """A whole column at a time with numpy (vectorized.timestamp2_texts); `one` as plan_datetime2's."""
     col = codec.col
     fsp = col.meta
-    nb = (fsp + 1) // 2
+    size = 4 + (fsp + 1) // 2
     stamps = _STAMPS.__getitem__
-    if fsp:
-        fracs = _frac_cache(fsp, signed=False).__getitem__
+    fracs = _frac_cache(fsp, signed=False).__getitem__ if fsp else None
 
-        def tvec(f):
-            return list(map(add, map(stamps, f[0]), map(fracs, f[1])))
+    def one(raw):
+        return stamps(raw[:4]) + fracs(raw[4:]) if fracs else stamps(raw)
 
-        def tone(a, b):
-            return stamps(a) + fracs(b)
+    def vec(f):
+        values = timestamp2_texts(f[0], fsp)
+        return values if values is not None else list(map(one, f[0]))
 
-        return _Col(col.index, bit, ["4s", f"{nb}s"], 0, tvec, tone)
-    vec, one = _mapped(stamps)
-    return _Col(col.index, bit, ["4s"], 0, vec, one)
+    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
 
 
 def plan_enum(codec: Any, bit: int) -> _Col:
@@ -274,6 +268,8 @@ def plan_text(codec: Any, bit: int) -> _Col:
     fn = _text_fn(col)
     if fn is None:
         return _Col(col.index, bit, None, codec.prefix, _first, _same)
+    if fn is decode_mysql_latin1:  # one byte per character: the column decoded whole, then cut
+        return _Col(col.index, bit, None, codec.prefix, lambda f: joined_texts(f[0], fn), fn)
     vec, one = _mapped(fn)
     return _Col(col.index, bit, None, codec.prefix, vec, one)
 
@@ -301,89 +297,33 @@ def plan_bytes(codec: Any, bit: int) -> _Col:
 def plan_cached(codec: Any, bit: int) -> _Col:
     """A fixed-width value (codec.width bytes) the reference decoder converts, cached by its raw bytes."""
     reference = codec.decode
+    if codec.col.type in (T.DATE, T.NEWDATE):  # a whole column at a time with numpy (vectorized.date_texts)
+
+        def one(raw):
+            return reference(raw, 0)[0]
+
+        def vec(f):
+            values = date_texts(f[0])
+            return values if values is not None else list(map(one, f[0]))
+
+        return _Col(codec.col.index, bit, ["3s"], 0, vec, one)
     cache = RawCache(lambda raw: reference(raw, 0)[0])
     vec, one = _mapped(cache.__getitem__)
     return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)
 
 
 def _decimal_column(col: Column, bit: int) -> _Col:
-    """DECIMAL(p,s) as two cached halves added exactly: the integer digits and the fraction digits.
-
-    Integer parts and fractions each repeat far more often than whole values (prices, amounts), so the two
-    caches keep hitting where one cache of whole values would keep missing. The sign bit is in the integer
-    part's first byte; a negative number has every bit inverted, so the fraction cache is chosen by it."""
+    """DECIMAL(p,s), a whole column at a time with numpy (vectorized.decimal_values): no cache to miss when
+    values never repeat. A column with a digit group out of range is converted value by value, which raises."""
     p, s = col.precision, col.scale
-    whole = _shared_cache(("decimal", p, s), make_fast_decimal(p, s))
     groups, n_int, size = decimal_groups(p, s)
-    int_bytes = sum(nb for nb, _ in groups[:n_int])
-    if not int_bytes or int_bytes == size:
-        vec, one = _mapped(whole.__getitem__)
-        return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
-    int_groups, frac_groups = groups[:n_int], groups[n_int:]
-    sign_bit = 0x80 << 8 * (int_bytes - 1)
-    int_mask = (1 << 8 * int_bytes) - 1
-    frac_mask = (1 << 8 * (size - int_bytes)) - 1
-
-    def digits(x: int, parts: list[tuple[int, int]], nbytes: int) -> int:
-        value = 0
-        shift = 8 * nbytes
-        for nb, nd in parts:
-            shift -= 8 * nb
-            g = (x >> shift) & ((1 << 8 * nb) - 1)
-            if g >= 10**nd:
-                raise ValueError_("DECIMAL digit group out of range")
-            value = value * 10**nd + g
-        return value
-
-    def int_part(raw: bytes) -> Decimal:
-        x = int.from_bytes(raw, "big")
-        negative = not x & sign_bit
-        x ^= int_mask ^ sign_bit if negative else sign_bit
-        v = digits(x, int_groups, int_bytes)
-        return Decimal(-v if negative else v)
-
-    def frac_part(negative: bool):
-        def text(raw: bytes) -> Decimal:
-            x = int.from_bytes(raw, "big")
-            if negative:
-                x ^= frac_mask
-            v = digits(x, frac_groups, size - int_bytes)
-            return Decimal(-v if negative else v).scaleb(-s, _DECIMAL_CONTEXT)
-
-        return _shared_cache(("decimal-frac", p, s, negative), text)
-
-    fracs = (frac_part(False), frac_part(True))
-    add_exact = _DECIMAL_CONTEXT.add
-    # Few possible fractions (cents): every one of them is added to an integer part at once (in C), which is
-    # cheaper than one miss at a time. Per sign: the fractions' raw bytes and their values.
-    all_fractions: tuple = ()
-    if len(frac_groups) == 1 and s <= DECIMAL_PREFILL_SCALE:
-        def table(negative: bool) -> tuple[list[bytes], list[Decimal]]:
-            keys = [(v ^ frac_mask if negative else v).to_bytes(size - int_bytes, "big") for v in range(10**s)]
-            return keys, [fracs[negative][k] for k in keys]
-
-        all_fractions = (table(False), table(True))
-
-    def values_of(int_raw: bytes) -> RawCache:
-        """fraction bytes -> the whole value, for one integer part (a second level: hits add nothing)."""
-        int_value = int_part(int_raw)
-        negative = not int_raw[0] & 0x80
-        frac_values = fracs[negative]
-        values = RawCache(lambda frac_raw: add_exact(int_value, frac_values[frac_raw]), 128)
-        if all_fractions:
-            keys, fraction_values = all_fractions[negative]
-            values.update(zip(keys, map(add_exact, repeat(int_value), fraction_values), strict=True))
-        return values
-
-    by_int = _shared_cache(("decimal-int", p, s), values_of, DECIMAL_INT_PARTS, SteadyCache).__getitem__
+    one = make_fast_decimal(p, s)
 
     def vec(f):
-        return list(map(getitem, map(by_int, f[0]), f[1]))
+        values = decimal_values(f[0], groups, n_int, size, s)
+        return values if values is not None else list(map(one, f[0]))
 
-    def one(a, b):
-        return by_int(a)[b]
-
-    return _Col(col.index, bit, [f"{int_bytes}s", f"{size - int_bytes}s"], 0, vec, one)
+    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
 
 
 class _Layout:
@@ -616,8 +556,12 @@ class EventPlan:
                         vals[r] = None
                     out[c.index] = vals
                 elif k == 1:
-                    vals = flat[i::stride]
-                    out[c.index] = [None if m & bit else one(v) for m, v in zip(nulls, vals, strict=True)]
+                    # Convert the present values as a column, then put them back between the NULLs.
+                    present = list(map(not_, map(and_, nulls, repeat(bit))))
+                    vals = [None] * n
+                    deque(map(vals.__setitem__, compress(range(n), present),
+                              c.vec([list(compress(flat[i::stride], present))])), 0)
+                    out[c.index] = vals
                 else:
                     fields = [flat[i + j::stride] for j in range(k)]
                     out[c.index] = [None if m & bit else one(*v) for m, *v in zip(nulls, *fields, strict=True)]
