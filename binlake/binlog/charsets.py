@@ -6,6 +6,7 @@ MariaDB's. The table was read from MariaDB 10.11's information_schema.COLLATIONS
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 
 # charset -> collation ids; an int is one id, a pair is an inclusive range.
@@ -118,8 +119,14 @@ _LATIN1_TRANSLATE = str.maketrans({chr(b): c for b, c in _CP1252_HIGH.items()})
 _LATIN1_ENCODE = {c: b for b, c in _CP1252_HIGH.items()}
 
 
+# The same as one charmap table (cp1252's own C decoder, with the five gaps filled): one C call per value, at
+# the speed of ASCII whatever the bytes (str.translate looked up every character in a dict).
+_LATIN1_TABLE = "".join(chr(b).translate(_LATIN1_TRANSLATE) for b in range(256))
+_charmap_decode = codecs.charmap_decode
+
+
 def decode_mysql_latin1(raw: bytes) -> str:
-    return raw.decode("latin-1").translate(_LATIN1_TRANSLATE)
+    return _charmap_decode(raw, "strict", _LATIN1_TABLE)[0]
 
 
 def encode_mysql_latin1(text: str) -> bytes:

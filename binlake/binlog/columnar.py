@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Callable
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import and_, not_
 from typing import Any
 
@@ -38,7 +38,15 @@ from .values import (
     decimal_groups,
     guess_text,
 )
-from .vectorized import date_texts, datetime2_texts, decimal_values, joined_texts, timestamp2_texts
+from .vectorized import (
+    date_texts,
+    datetime2_texts,
+    decimal_values,
+    int24_values,
+    joined_texts,
+    time2_texts,
+    timestamp2_texts,
+)
 
 CACHE_LIMIT = 65_536
 DECIMAL_INT_PARTS = 512  # integer parts cached per DECIMAL(p,s), each with its values (memory bound)
@@ -307,6 +315,24 @@ def plan_cached(codec: Any, bit: int) -> _Col:
             return values if values is not None else list(map(one, f[0]))
 
         return _Col(codec.col.index, bit, ["3s"], 0, vec, one)
+    if codec.col.type == T.INT24:
+        signed = codec.col.signed is not False
+
+        def one(raw):
+            return reference(raw, 0)[0]
+
+        return _Col(codec.col.index, bit, ["3s"], 0, lambda f: int24_values(f[0], signed), one)
+    if codec.col.type == T.TIME2:
+        fsp = codec.col.meta
+
+        def one(raw):
+            return reference(raw, 0)[0]
+
+        def tvec(f):
+            values = time2_texts(f[0], fsp)
+            return values if values is not None else list(map(one, f[0]))
+
+        return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, tvec, one)
     cache = RawCache(lambda raw: reference(raw, 0)[0])
     vec, one = _mapped(cache.__getitem__)
     return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)
@@ -591,13 +617,14 @@ class ColumnarPairs:
     value sequence per table column, None for an image kind the event lacks). The row tuples are built only when
     a consumer iterates or indexes the pairs; the lake's history reads the columns and never builds them."""
 
-    __slots__ = ("_pairs", "after", "before", "n")
+    __slots__ = ("_pairs", "after", "before", "n", "pending")
 
     def __init__(self, before: list | None, after: list | None, n: int) -> None:
         self.before = before
         self.after = after
         self.n = n
         self._pairs: list | None = None
+        self.pending: tuple | None = None  # (plan, kind, flat, images): not converted yet (defer_event)
 
     def pairs(self) -> list[tuple]:
         if self._pairs is None:
@@ -628,18 +655,22 @@ class ColumnarPairs:
         return f"ColumnarPairs({self.pairs()!r})"
 
 
-def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> ColumnarPairs:
-    """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images), kept
-    as columns until a consumer asks for the row tuples."""
+def unpack_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> tuple[tuple, int]:
+    """The event's images unpacked into one flat tuple of raw fields, and the number of images."""
     try:
         fmt = plan.walk(buf, off, end)
     except struct.error:
         fmt = plan.walk_exact(buf, off, end)
     flat = _unpack_from(fmt, buf, off)
     n = len(flat) // plan.nfields
+    if kind == RowsKind.UPDATE and n % 2:
+        raise BodyError("the last updated row has no after image")
+    return flat, n
+
+
+def convert_images(plan: EventPlan, flat: tuple, n: int, kind: int) -> ColumnarPairs:
+    """The (before, after) pairs of unpacked images (n of them; updates alternate before and after images)."""
     if kind == RowsKind.UPDATE:
-        if n % 2:
-            raise BodyError("the last updated row has no after image")
         reuse: dict = {}
         before = plan.columns(flat, 0, 2, reuse)
         return ColumnarPairs(before, plan.columns(flat, 1, 2, reuse), n // 2)
@@ -647,3 +678,53 @@ def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> Columna
     if kind == RowsKind.WRITE:
         return ColumnarPairs(None, cols, n)
     return ColumnarPairs(cols, None, n)
+
+
+def decode_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> ColumnarPairs:
+    """(before, after) pairs of one rows event (kind: RowsKind; updates alternate before and after images), kept
+    as columns until a consumer asks for the row tuples."""
+    flat, n = unpack_event(plan, buf, off, end, kind)
+    return convert_images(plan, flat, n, kind)
+
+
+def defer_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> ColumnarPairs:
+    """Like decode_event, but only walked and unpacked: its columns are converted by convert_pending, together with
+    the events of the same plan and kind that follow it (a statement's rows come in events of a few KiB, too
+    few values for whole-column conversion to pay off one event at a time)."""
+    flat, n = unpack_event(plan, buf, off, end, kind)
+    pairs = ColumnarPairs(None, None, n // 2 if kind == RowsKind.UPDATE else n)
+    pairs.pending = (plan, kind, flat, n)
+    return pairs
+
+
+def pending_key(pairs: ColumnarPairs) -> tuple | None:
+    """What events must share to be converted together (None: not deferred)."""
+    p = pairs.pending
+    return None if p is None else (p[0], p[1])
+
+
+def convert_pending(group: list[ColumnarPairs]) -> None:
+    """Convert deferred events of one plan and kind together, filling each one's columns.
+
+    Raises what converting the first failing event alone raises, with the events before it filled and every
+    later one still pending: the caller reports the error at that event."""
+    if len(group) > 1:
+        plan, kind = group[0].pending[:2]
+        try:
+            whole = convert_images(plan, tuple(chain.from_iterable(g.pending[2] for g in group)),
+                                   sum(g.pending[3] for g in group), kind)
+        except Exception:  # some event's values are bad: convert one by one, so the error names its event
+            whole = None
+        if whole is not None:
+            at = 0
+            for g in group:
+                end = at + g.n
+                g.before = None if whole.before is None else [c[at:end] for c in whole.before]
+                g.after = None if whole.after is None else [c[at:end] for c in whole.after]
+                g.pending = None
+                at = end
+            return
+    for g in group:
+        plan, kind, flat, n = g.pending
+        one = convert_images(plan, flat, n, kind)
+        g.before, g.after, g.pending = one.before, one.after, None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from .coltypes import TYPES
+from .columnar import ColumnarPairs, convert_pending, pending_key
 from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
 from .errors import (
     BinlogError,
@@ -60,6 +61,9 @@ _PRE_V4_TYPES = frozenset({EventType.LOAD, EventType.SLAVE, EventType.CREATE_FIL
                            EventType.NEW_LOAD})
 # MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: their precision comes from the schema, not the TABLE_MAP.
 _OLD_TEMPORAL = frozenset(code for code, spec in TYPES.items() if spec.fsp_from_schema)
+# Consecutive rows events of one table and kind are converted together (columnar.convert_pending), up to this many
+# raw fields held at once (about 40 bytes each).
+GROUP_FIELDS = 1 << 18
 
 
 class _Unreadable:
@@ -271,26 +275,73 @@ class BinlogDecoder:
         state = _FileState(self, stream, name, result)
         counts = self.event_counts
         per_second = self.events_per_second
-        for ev in stream:
-            if stop is not None and ev.pos >= stop:
-                result.end = StreamEnd(ev.pos, "stop position")
-                break
-            result.events += 1
-            counts[ev.type] += 1
-            per_second[ev.timestamp] += 1
-            try:
-                yield from state.handle(ev, ev.buf, ev.body, ev.body_end, ev.type, 0, stream.fde)
-            except BodyError as exc:
-                raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
-            except ValueError_ as exc:
-                raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
-            except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
-                raise CorruptEvent(f"{event_name(ev.type)} event is malformed ({exc})", name, ev.pos) from None
+        # Rows events decoded only up to their raw fields (columnar.defer_event), waiting to be converted together
+        # with the next ones of the same table and kind; every other item first yields them.
+        group: list[RowBatch] = []
+        group_key = None
+        group_fields = 0
+        try:
+            for ev in stream:
+                if stop is not None and ev.pos >= stop:
+                    result.end = StreamEnd(ev.pos, "stop position")
+                    break
+                result.events += 1
+                counts[ev.type] += 1
+                per_second[ev.timestamp] += 1
+                try:
+                    for item in state.handle(ev, ev.buf, ev.body, ev.body_end, ev.type, 0, stream.fde):
+                        rows = item.pairs if type(item) is RowBatch else None
+                        if type(rows) is ColumnarPairs and rows.pending is not None:
+                            key = pending_key(rows)
+                            if group and (key != group_key or group_fields >= GROUP_FIELDS):
+                                yield from _converted(group)
+                                group_fields = 0
+                            group_key = key
+                            group.append(item)
+                            group_fields += len(rows.pending[2])
+                            continue
+                        if group:
+                            yield from _converted(group)
+                            group_fields = 0
+                        yield item
+                except BodyError as exc:
+                    raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
+                except ValueError_ as exc:
+                    raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
+                except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+                    raise CorruptEvent(f"{event_name(ev.type)} event is malformed ({exc})", name, ev.pos) from None
+        except Exception:
+            if group:  # what was read before the error comes out before it, as it would undeferred
+                yield from _converted(group)
+            raise
+        if group:
+            yield from _converted(group)
         if result.end is None:
             result.end = stream.end or StreamEnd(0, END_COMPLETE)
         if stream.first_fde is not None:
             result.server_version = stream.first_fde.server_version
         result.in_use = stream.in_use
+
+
+def _converted(group: list[RowBatch]) -> Iterator[RowBatch]:
+    """Convert a group of deferred rows events (columnar.convert_pending) and yield them in order; emptied.
+
+    A bad value is reported at its own event, as when the event is decoded alone."""
+    batches = group[:]
+    group.clear()
+    try:
+        convert_pending([b.pairs for b in batches])
+    except Exception as exc:
+        at = next(i for i, b in enumerate(batches) if b.pairs.pending is not None)
+        bad = batches[at]
+        yield from batches[:at]
+        where = f"rows event for {bad.table.qualified_name}"
+        if isinstance(exc, (ValueError_, BodyError)):
+            raise CorruptEvent(f"{where}: {exc}", bad.file, bad.pos) from None
+        if isinstance(exc, (struct.error, IndexError, UnicodeDecodeError, OverflowError)):
+            raise CorruptEvent(f"{where} is malformed ({exc})", bad.file, bad.pos) from None
+        raise
+    yield from batches
 
 
 def event_type_counts(counts: Counter) -> dict[str, int]:
@@ -640,7 +691,7 @@ class _FileState:
             return
         name, pos, txn_pos, ts, gtid = self.name, ev.pos, t.pos, ev.timestamp, t.gtid
         try:
-            rows = decode_rows(rh, dec)
+            rows = decode_rows(rh, dec, defer=dec.deferrable)
         except (ValueError_, BodyError, struct.error, IndexError, OverflowError, UnicodeDecodeError) as exc:
             if fde.is_mariadb and any(c.type in _OLD_TEMPORAL and not c.meta for c in tm.columns):
                 # Not damage (the event's CRC held): the TABLE_MAP cannot say how wide these columns are. Only

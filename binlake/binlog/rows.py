@@ -8,7 +8,7 @@ from typing import Any
 
 from .charsets import decode_text
 from .coltypes import TYPES, Meta, character_types, codecs_for, signedness_types
-from .columnar import ColumnarPairs, EventPlan, decode_event
+from .columnar import ColumnarPairs, EventPlan, decode_event, defer_event
 from .constants import ColumnType as T
 from .constants import EventType, RowsKind, TableMapMeta
 from .events import maria_uncompress
@@ -24,6 +24,8 @@ COLUMNAR = True  # decode whole events column by column (columnar.py); False: ro
 # Larger rows events (a raised binlog_row_event_max_size) go row by row: one struct format and one tuple of all
 # their fields would hold several copies of the event at once.
 COLUMNAR_MAX_BYTES = 4 << 20
+
+_FSP_FROM_SCHEMA = frozenset(code for code, spec in TYPES.items() if spec.fsp_from_schema)
 
 
 class JsonPatch:
@@ -304,6 +306,9 @@ class RowImageDecoder:
         self.json_indexes = [c.index for c in table.columns if c.type == T.JSON]
         self._structured: list | None = None
         self._event_plans: dict[int, EventPlan | None] = {}
+        # Whether the decoder may convert this table's rows events in groups (decoder.GROUP_FIELDS): not with
+        # MariaDB 5.3 temporal columns read without their precision, whose errors hold the table back instead.
+        self.deferrable = not any(c.type in _FSP_FROM_SCHEMA and not c.meta for c in table.columns)
 
     def event_plan(self, present: int) -> EventPlan | None:
         """The column-at-a-time plan for this columns-present bitmap (None: no column is present)."""
@@ -370,9 +375,10 @@ def image_after_bytes(dec: RowImageDecoder, ev: RowsEvent) -> int:
     return dec.plan(ev.present_after, ev.version).bitmap_bytes
 
 
-def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple] | ColumnarPairs:
+def decode_rows(ev: RowsEvent, dec: RowImageDecoder, defer: bool = False) -> list[tuple] | ColumnarPairs:
     """All rows of one event as (before, after) images: inserts (None, after), deletes (before, None), updates both.
-    The columnar path returns them as ColumnarPairs (the event's columns; row tuples built when iterated).
+    The columnar path returns them as ColumnarPairs (the event's columns; row tuples built when iterated); with
+    `defer`, only walked and unpacked (columnar.defer_event: the caller converts them with columnar.convert_pending).
 
     A list, not a generator: an event is bounded in size, and the tight loops are the decoder's hot path.
     """
@@ -386,7 +392,7 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder) -> list[tuple] | ColumnarPa
             and end - off <= COLUMNAR_MAX_BYTES):
         plan = dec.event_plan(ev.present)
         if plan is not None:
-            return decode_event(plan, buf, off, end, kind)
+            return (defer_event if defer else decode_event)(plan, buf, off, end, kind)
     image = dec.plan(ev.present, ev.version)
     if off < end and _image_bytes(image) == 0 and (
             kind != RowsKind.UPDATE or _image_bytes(dec.plan(ev.present_after, ev.version)) == 0):

@@ -209,3 +209,52 @@ def joined_texts(raws, decode) -> list[str]:
     ends = np.cumsum(np.fromiter(map(len, raws), dtype=_I64, count=len(raws))).tolist()
     starts = [0, *ends[:-1]]
     return list(map(text.__getitem__, map(slice, starts, ends)))
+
+
+def int24_values(raws, signed: bool) -> list[int]:
+    """MEDIUMINT fields (3 bytes little-endian) -> int."""
+    m = _matrix(raws, 3)
+    v = m[:, 0].astype(_I64) | m[:, 1].astype(_I64) << 8 | m[:, 2].astype(_I64) << 16
+    if signed:
+        v = np.where(v & 0x800000, v - 0x1000000, v)
+    return v.tolist()
+
+
+def time2_texts(raws, fsp: int) -> list[str] | None:
+    """TIME2(fsp) fields (3 bytes + fraction) -> '[-]HH:MM:SS[.f]' (the hour takes 2 to 4 digits)."""
+    nb, mult = _frac_bytes(fsp)
+    m = _matrix(raws, 3 + nb)
+    if fsp >= 5:
+        packed = _be(m, 0, 6) - 0x800000000000
+    else:
+        intpart = _be(m, 0, 3) - 0x800000
+        if nb:
+            frac = _be(m, 3, 3 + nb)
+            carry = (intpart < 0) & (frac != 0)
+            packed = ((intpart + carry) << 24) + (frac - carry * (1 << 8 * nb)) * mult
+        else:
+            packed = intpart << 24
+    negative = packed < 0
+    packed = np.abs(packed)
+    hms = packed >> 24
+    us = (packed & 0xFFFFFF) // 10 ** (6 - fsp)
+    if len(us) and us.max() >= 10**fsp:
+        return None
+    hour = (hms >> 12) & 1023
+    width = 11 + (fsp + 1 if fsp else 0)  # sign, 4 hour digits, ':MM:SS', the fraction
+    out = np.empty((len(hms), width), dtype=_U8)
+    out[:] = np.frombuffer((b" 0000:00:00.000000")[:width], dtype=_U8)
+    _digits(out, 1, hour, 4)
+    out[:, 6:8] = _D2[(hms >> 6) & 63]
+    out[:, 9:11] = _D2[hms & 63]
+    if fsp:
+        _digits(out, 12, us, fsp)
+    # The hour's leading zeros beyond two digits become spaces, the sign goes just before the first digit.
+    lead = np.where(hour >= 1000, 1, np.where(hour >= 100, 2, 3))
+    if not negative.any() and (lead == 3).all():
+        return _texts(out[:, 3:])
+    rows = np.arange(len(hms))
+    for k in (1, 2):
+        out[rows, k] = np.where(lead > k, 32, out[rows, k])
+    out[rows[negative], lead[negative] - 1] = ord("-")
+    return list(map(str.lstrip, _texts(out)))
