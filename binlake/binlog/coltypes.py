@@ -181,7 +181,7 @@ def _wrapped_reference(col: Column) -> Decoder:
 def _integer(code: int, name: str, s: Any, u: Any, codes: tuple[str, str] | None, size: int,
              arrow: tuple[str, str], ddl: tuple[str, ...], rowgen: Callable) -> TypeSpec:
     return TypeSpec(code, name, Meta.NONE, INT, reference=_signed(s, u),
-                      columnar=columnar.plan_struct if codes else columnar.plan_cached, rowgen=rowgen,
+                      columnar=columnar.plan_struct if codes else columnar.plan_int24, rowgen=rowgen,
                       arrow=_signed(*arrow), struct=codes, width=_const(size), ddl=ddl, signedness=_BOTH,
                       ddl_meta=_ddl_fixed(0))
 
@@ -225,11 +225,11 @@ _ENTRIES = [
                rowgen=rowcodegen.emit_year, arrow=_const("int16"), struct=("B", "B"),
                merge_fix="if {v}: {v} += 1900", width=_const(1), ddl=("year",), signedness=_MARIADB,
                ddl_meta=_ddl_fixed(0)),
-    TypeSpec(T.DATE, "DATE", Meta.NONE, DATE, reference=_const(values._date), columnar=columnar.plan_cached,
+    TypeSpec(T.DATE, "DATE", Meta.NONE, DATE, reference=_const(values._date), columnar=columnar.plan_date,
                rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3), ddl=("date",),
                ddl_meta=_ddl_fixed(0), ddl_alias=T.NEWDATE),
     TypeSpec(T.NEWDATE, "DATE (NEWDATE)", Meta.NONE, DATE, reference=_const(values._date),
-               columnar=columnar.plan_cached, rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3)),
+               columnar=columnar.plan_date, rowgen=rowcodegen.emit_date, arrow=_const("date32"), width=_const(3)),
     # The pre-5.6 temporal types; MariaDB's TIME(n)/DATETIME(n)/TIMESTAMP(n) with mysql56_temporal_format=OFF keep
     # these codes with no metadata, the precision coming from the schema (in Column.meta).
     TypeSpec(T.TIME, "TIME (old)", Meta.NONE, TIME,
@@ -247,7 +247,7 @@ _ENTRIES = [
                columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("timestamp[us, UTC]"), meta_ok=_fsp_ok,
                width=lambda col: values.MARIA_TIMESTAMP_BYTES[col.meta], fsp_from_schema=True),
     TypeSpec(T.TIME2, "TIME", Meta.BYTE, TIME, reference=lambda col: values.make_time2(col.meta),
-               columnar=columnar.plan_cached, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
+               columnar=columnar.plan_time2, rowgen=_REF, arrow=_const("string"), meta_ok=_fsp_ok,
                width=lambda col: 3 + (col.meta + 1) // 2, ddl=("time",), ddl_meta=_ddl_fsp, ddl_old=T.TIME),
     TypeSpec(T.DATETIME2, "DATETIME", Meta.BYTE, DATETIME, reference=lambda col: values.make_datetime2(col.meta),
                columnar=columnar.plan_datetime2, rowgen=rowcodegen.emit_datetime2, arrow=_const("timestamp[us]"),

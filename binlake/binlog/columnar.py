@@ -25,7 +25,6 @@ from operator import and_, not_
 from typing import Any
 
 from .charsets import BINARY, codec_of, decode_mysql_latin1, decoder_for
-from .constants import ColumnType as T
 from .constants import RowsKind
 from .jsonb import decode_jsonb_text
 from .packing import BodyError
@@ -302,37 +301,49 @@ def plan_bytes(codec: Any, bit: int) -> _Col:
     return _Col(codec.col.index, bit, None, codec.prefix, _first, _same)
 
 
+def plan_date(codec: Any, bit: int) -> _Col:
+    """DATE, a whole column at a time with numpy (vectorized.date_texts)."""
+    reference = codec.decode
+
+    def one(raw):
+        return reference(raw, 0)[0]
+
+    def vec(f):
+        values = date_texts(f[0])
+        return values if values is not None else list(map(one, f[0]))
+
+    return _Col(codec.col.index, bit, ["3s"], 0, vec, one)
+
+
+def plan_int24(codec: Any, bit: int) -> _Col:
+    """MEDIUMINT, a whole column at a time with numpy (vectorized.int24_values)."""
+    reference = codec.decode
+    signed = codec.col.signed is not False
+
+    def one(raw):
+        return reference(raw, 0)[0]
+
+    return _Col(codec.col.index, bit, ["3s"], 0, lambda f: int24_values(f[0], signed), one)
+
+
+def plan_time2(codec: Any, bit: int) -> _Col:
+    """TIME2, a whole column at a time with numpy (vectorized.time2_texts)."""
+    reference = codec.decode
+    fsp = codec.col.meta
+
+    def one(raw):
+        return reference(raw, 0)[0]
+
+    def vec(f):
+        values = time2_texts(f[0], fsp)
+        return values if values is not None else list(map(one, f[0]))
+
+    return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)
+
+
 def plan_cached(codec: Any, bit: int) -> _Col:
     """A fixed-width value (codec.width bytes) the reference decoder converts, cached by its raw bytes."""
     reference = codec.decode
-    if codec.col.type in (T.DATE, T.NEWDATE):  # a whole column at a time with numpy (vectorized.date_texts)
-
-        def one(raw):
-            return reference(raw, 0)[0]
-
-        def vec(f):
-            values = date_texts(f[0])
-            return values if values is not None else list(map(one, f[0]))
-
-        return _Col(codec.col.index, bit, ["3s"], 0, vec, one)
-    if codec.col.type == T.INT24:
-        signed = codec.col.signed is not False
-
-        def one(raw):
-            return reference(raw, 0)[0]
-
-        return _Col(codec.col.index, bit, ["3s"], 0, lambda f: int24_values(f[0], signed), one)
-    if codec.col.type == T.TIME2:
-        fsp = codec.col.meta
-
-        def one(raw):
-            return reference(raw, 0)[0]
-
-        def tvec(f):
-            values = time2_texts(f[0], fsp)
-            return values if values is not None else list(map(one, f[0]))
-
-        return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, tvec, one)
     cache = RawCache(lambda raw: reference(raw, 0)[0])
     vec, one = _mapped(cache.__getitem__)
     return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)

@@ -21,11 +21,11 @@ from ..binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch, event_type_
 from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
-from .history import CommittedBatch, history_table
+from .history import CommittedBatch, history_table, with_commit_ts
 from .staging import write_piece
 
 SEQ_FILE_SHIFT = 40  # binlake.lake.current.event_seq
-FLUSH_ROWS = 32_768  # committed rows held as Python values before they are converted to Arrow
+FLUSH_ROWS = 32_768  # rows held as Python values before they are converted to Arrow (open transactions too)
 PROGRESS_BYTES = 1 << 20  # progress callbacks about every MiB of binlog
 
 
@@ -180,6 +180,56 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     def hold(table: str, error: str, pos: int) -> None:
         result.held.setdefault(table, {"error": error, "file": name, "pos": pos})
 
+    # The open transaction's rows already converted (it outgrew FLUSH_ROWS): (key, table map, Arrow piece with a
+    # provisional commit time, its rows per operation, its rows events' positions), given their commit time when
+    # the transaction commits.
+    open_built: list[tuple[int, object, pa.Table, Counter, list[int]]] = []
+    pending_rows = 0
+
+    def keep(rows: RowBatch) -> bool:
+        """Whether a rows event goes into history (else its table is, or is now, held back)."""
+        tm = rows.table
+        if tm.qualified_name in result.held:
+            return False
+        if tm.columns and tm.columns[0].name is None:
+            hold(tm.qualified_name, "SchemaMissing: " + str(SchemaMissing(
+                f"no schema names the columns of {tm.qualified_name} (the binlog has MINIMAL row "
+                "metadata and neither a snapshot nor the files' DDL describe the table); take a DDL "
+                "snapshot (binlake schema snapshot) and pass --schemas")), rows.pos)
+            return False
+        return True
+
+    def note_run(tm, pos: int) -> None:
+        seq = file_seq << SEQ_FILE_SHIFT | pos
+        mine = runs.setdefault(tm.qualified_name, [])
+        if mine and mine[-1][0] == tm.schema_version:
+            mine[-1][2] = seq
+        else:
+            mine.append([tm.schema_version, seq, seq])
+
+    def convert_open() -> None:
+        """Convert the open transaction's rows now (a large transaction never piles up as Python values)."""
+        flush()  # earlier transactions' rows first: pieces stay in binlog order
+        groups: dict[int, list[CommittedBatch]] = {}
+        for rows in pending:
+            if keep(rows):
+                maps[id(rows.table)] = rows.table
+                groups.setdefault(id(rows.table), []).append(CommittedBatch(rows, 0, file_seq))
+        for key, items in groups.items():
+            table = maps[key].qualified_name
+            if table in result.held:
+                continue
+            ops: Counter = Counter()
+            for item in items:
+                ops[item.batch.op] += len(item.batch.pairs)
+            try:
+                piece = history_table(items, batch_id, result.conversions)
+            except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
+                hold(table, f"{type(exc).__name__}: {exc}", items[0].batch.pos)
+                continue
+            open_built.append((key, maps[key], piece, ops, [item.batch.pos for item in items]))
+        pending.clear()
+
     def flush() -> None:
         # Convert held rows to Arrow now, so decoded Python objects never pile up (memory, and the cyclic GC
         # rescanning millions of live lists is what made building history slower than decoding).
@@ -198,18 +248,27 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             if type(item) is RowBatch:
                 if item.pairs:
                     pending.append(item)
+                    pending_rows += len(item.pairs)
+                    if pending_rows >= FLUSH_ROWS:
+                        convert_open()
+                        pending_rows = 0
                 continue
             rec: EventRecord = item
             if rec.kind == "commit":
-                for rows in pending:
-                    tm = rows.table
+                for key, tm, piece, ops, positions in open_built:
                     if tm.qualified_name in result.held:
                         continue
-                    if tm.columns and tm.columns[0].name is None:
-                        hold(tm.qualified_name, "SchemaMissing: " + str(SchemaMissing(
-                            f"no schema names the columns of {tm.qualified_name} (the binlog has MINIMAL row "
-                            "metadata and neither a snapshot nor the files' DDL describe the table); take a DDL "
-                            "snapshot (binlake schema snapshot) and pass --schemas")), rows.pos)
+                    built.setdefault(key, []).append(with_commit_ts(piece, rec.ts))
+                    for op, n in ops.items():
+                        result.counts[(tm.qualified_name, op)] += n
+                    latest[tm.qualified_name] = tm
+                    for pos in positions:
+                        note_run(tm, pos)
+                open_built.clear()
+                pending_rows = 0
+                for rows in pending:
+                    tm = rows.table
+                    if not keep(rows):
                         continue
                     key = id(tm)
                     maps[key] = tm
@@ -217,13 +276,8 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                     result.counts[(tm.qualified_name, rows.op)] += len(rows.pairs)
                     held += len(rows.pairs)
                     latest[tm.qualified_name] = tm
-                    seq = file_seq << SEQ_FILE_SHIFT | rows.pos
-                    mine = runs.setdefault(tm.qualified_name, [])
-                    if mine and mine[-1][0] == tm.schema_version:
-                        mine[-1][2] = seq
-                    else:
-                        mine.append([tm.schema_version, seq, seq])
-                pending = []
+                    note_run(tm, rows.pos)
+                pending.clear()
                 if held >= FLUSH_ROWS:
                     flush()
                     held = 0
@@ -248,14 +302,14 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
         if skipped.reason != "rows event skipped" or skipped.table not in result.held:
             hold(skipped.table, "SchemaMismatch: " + skipped.reason, skipped.pos)
     result.event_types = event_type_counts(decoder.event_counts)
-    if stop is not None and pending:
+    if stop is not None and (pending or open_built):
         raise ValueError(f"{name}: the range [{start}, {stop}) ends inside a transaction; ranges must be cut at "
                          "transaction starts")
     if stop is not None and end is not None and end.status == "stop position":
         result.end = stop
     result.end_status = end.status if end else "complete"
     result.reached_file_end = stop is None and end is not None and end.status == "complete"
-    if result.reached_file_end and not pending:
+    if result.reached_file_end and not pending and not open_built:
         # Only non-transactional events (ROTATE, STOP) follow the last commit: the file is fully consumed.
         result.end = end.pos
     flush()

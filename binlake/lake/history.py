@@ -153,6 +153,17 @@ def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.nda
     }
 
 
+def with_commit_ts(table: pa.Table, commit_ts: int | float) -> pa.Table:
+    """A history piece built before its transaction's commit (history_table with a provisional commit time), with
+    the commit time it learned since."""
+    n = table.num_rows
+    commit_us = np.full(n, _epoch_us(commit_ts), np.int64)
+    stamps = pa.array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    dates = pa.array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32())
+    table = table.set_column(table.schema.get_field_index("_commit_ts"), "_commit_ts", stamps)
+    return table.set_column(table.schema.get_field_index("_commit_date"), "_commit_date", dates)
+
+
 def _epoch_us(ts: float) -> int:
     """Commit time (epoch seconds, int or float) in microseconds."""
     return ts * 1_000_000 if type(ts) is int else round(ts * 1_000_000)

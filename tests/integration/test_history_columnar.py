@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
 import pytest
 
 from binlake.binlog import rows
@@ -64,3 +65,37 @@ def test_history_from_columns_equals_history_from_rows(mariadb_full, row_image: 
             assert a.to_pylist() == b.to_pylist(), name
         before = sum(t.column("_before").null_count < t.num_rows for t in fast[name])
         assert before  # update rows carry their before images
+
+
+def test_large_transactions_convert_before_their_commit(mariadb_full, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction with more rows than decode_task.FLUSH_ROWS is converted to Arrow before it commits (its
+    rows never pile up as Python values) and given its commit time at the commit: the history equals the one
+    built with every transaction converted after its commit."""
+    from binlake.lake import decode_task
+
+    db = "history_open_txn"
+    with mariadb_full.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute("SHOW MASTER STATUS")
+        start = tuple(cur.fetchone()[:2])
+    with mariadb_full.connect(db) as conn:
+        workload = run_all_types_workload(conn, "t", random.Random("open-txn"), rows=120)
+        with conn.cursor() as cur:  # one more table, changed in a transaction of several statements
+            cur.execute("CREATE TABLE u (id INT PRIMARY KEY, v VARCHAR(20))")
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO u SELECT seq, CONCAT('v', seq) FROM seq_1_to_300")
+            cur.execute("UPDATE u SET v = CONCAT(v, '!') WHERE id % 3 = 0")
+            cur.execute("DELETE FROM u WHERE id % 7 = 0")
+            cur.execute("COMMIT")
+    files = mariadb_full.flush_logs()
+    files = files[[f.name for f in files].index(start[0]):]
+    whole, _, whole_counts = _histories(files, start, db, True, monkeypatch)
+    monkeypatch.setattr(decode_task, "FLUSH_ROWS", 7)
+    early, _, early_counts = _histories(files, start, db, True, monkeypatch)
+    assert early_counts == whole_counts and sum(early_counts.values()) >= sum(workload.values()) + 300
+    assert early.keys() == whole.keys() == {f"{db}.t", f"{db}.u"}
+    for name in whole:
+        a = pa.concat_tables(early[name]).to_pylist()
+        b = pa.concat_tables(whole[name]).to_pylist()
+        assert a == b, name
