@@ -130,9 +130,12 @@ def throughput(db: PrivateMariaDB, work: Path) -> dict:
     last, last_size = files[-1].name, files[-1].stat().st_size
     out = work / "tp_binlake"
     tail: Tail | None = None
+    reached: list[bool] = []
 
-    def done() -> bool:
-        return tail is not None and tail.landing.name == last and tail.landing.size >= last_size
+    def done() -> bool:  # once the last byte is landed (stays true: the tail then stops at once)
+        if not reached and tail is not None and tail.landing.name == last and tail.landing.size >= last_size:
+            reached.append(True)
+        return bool(reached)
 
     t = time.perf_counter()
     tail = Tail(db.uri, out, server_id=777, start_file=files[0].name, stop=done)

@@ -333,3 +333,43 @@ def test_purged_start_is_one_clear_line(server, tmp_path):
     (landing2 / "mysql-bin.000002").write_bytes(b"\xfebin")  # a tail killed right after the magic
     done = subprocess.run(_tail_cmd(server, landing2), env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 6 and "binlog at mysql-bin.000002:4 (purged" in done.stderr, done.stderr
+
+
+def test_gtid_start_lands_the_file_holding_it_whole(server, tmp_path):
+    """--gtid into an empty landing: the server's file holding that GTID state is landed from its start (so it
+    is byte-identical), and every later file after it; earlier files are not landed."""
+    landing = tmp_path / "landing"
+    _schema(server)
+    rng = random.Random(31)
+    with server.connect(DB) as conn:
+        for _ in range(10):
+            Writer.transaction(conn.cursor(), rng)
+        conn.cursor().execute("FLUSH BINARY LOGS")
+        for _ in range(5):
+            Writer.transaction(conn.cursor(), rng)
+        cur = conn.cursor()
+        cur.execute("SELECT @@gtid_binlog_pos")
+        state = cur.fetchone()[0]
+        for _ in range(5):
+            Writer.transaction(conn.cursor(), rng)
+        conn.cursor().execute("FLUSH BINARY LOGS")
+        for _ in range(5):
+            Writer.transaction(conn.cursor(), rng)
+    files = server.binlog_files()
+    assert len(files) == 3
+    tail = subprocess.Popen(_tail_cmd(server, landing, "--gtid", state), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and tail.poll() is None:
+            got = {p.name: p.stat().st_size for p in landing.glob("mysql-bin.*")} if landing.is_dir() else {}
+            if got == {f.name: f.stat().st_size for f in files[1:]}:
+                break
+            time.sleep(0.2)
+    finally:
+        tail.send_signal(signal.SIGTERM)
+        _out, err = tail.communicate(timeout=30)
+    assert sorted(p.name for p in landing.glob("mysql-bin.*")) == [f.name for f in files[1:]], err
+    for f in files[1:]:
+        assert (landing / f.name).read_bytes() == f.read_bytes(), f.name
+    assert f"GTID state {state}" in err

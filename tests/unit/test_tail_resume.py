@@ -15,6 +15,7 @@ from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
 from binlake.binlog.errors import BinlogError
 from binlake.binlog.records import EventRecord
 from binlake.lake.split import TXN_STARTS as GTID_TYPES
+from binlake.sources.replica import check_maria_gtid_state, encode_mysql_gtid_set
 from binlake.sources.tail import Landing, _events
 
 
@@ -70,3 +71,31 @@ def test_resume_cut_keeps_whole_transactions_on_real_binlogs(fixture_binlogs: Pa
     if checked == 0:
         pytest.skip(f"no fixture binlog with transactions decoded cleanly under {fixture_binlogs}")
     assert checked >= 12 * 5  # the corpus holds many such files
+
+
+def test_mysql_gtid_set_encoding_follows_the_protocol() -> None:
+    """COM_BINLOG_DUMP_GTID's GTID set: sid count, then per sid its 16 UUID bytes, interval count and intervals
+    as (start, end exclusive), all little-endian 8-byte integers (the MySQL protocol documentation)."""
+    import struct
+    import uuid
+
+    a, b = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "0b6a2c4e-2b2f-11ee-8a3f-0242ac120002"
+    data = encode_mysql_gtid_set(f"{a}:1-5:7, {b}:3")
+    assert struct.unpack_from("<Q", data, 0)[0] == 2
+    off = 8
+    assert data[off:off + 16] == uuid.UUID(a).bytes
+    assert struct.unpack_from("<QQQQQ", data, off + 16) == (2, 1, 6, 7, 8)
+    off += 16 + 8 + 32
+    assert data[off:off + 16] == uuid.UUID(b).bytes
+    assert struct.unpack_from("<QQQ", data, off + 16) == (1, 3, 4)
+    assert len(data) == off + 16 + 24
+    for bad in ("nope:1-2", f"{a}:x", f"{a}:1-"):
+        with pytest.raises(ValueError, match="--gtid"):
+            encode_mysql_gtid_set(bad)
+
+
+def test_mariadb_gtid_state_checked() -> None:
+    assert check_maria_gtid_state(" 0-1-5, 1-2-9 ") == "0-1-5,1-2-9"
+    for bad in ("0-1", "0-1-5,0-2-6", "a-b-c"):
+        with pytest.raises(ValueError, match="--gtid"):
+            check_maria_gtid_state(bad)
