@@ -432,7 +432,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         databases={d.strip() for d in args.databases.split(",") if d.strip()} if args.databases else None,
         tombstones=not args.no_tombstones, partitions=args.partitions,
         batch_bytes=max(1, int(args.batch_mb * (1 << 20))),
-        producer_config=extra)
+        producer_config=extra, timeout=float(args.kafka_timeout))
     quiet = getattr(args, "no_progress", False)
     summary = publish(opts, progress=None if quiet else lambda msg: print(f"[publish] {msg}", file=sys.stderr))
     print(summary.text())
@@ -708,6 +708,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "creates (default 3)")
     p.add_argument("--batch-mb", type=_megabytes, default=16, help="one Kafka transaction per range of about "
                    "this many binlog MB (default 16; fractions allowed)")
+    p.add_argument("--kafka-timeout", type=_count(1), default=60, help="seconds to wait for the broker "
+                   "(metadata, transactions) before giving up with exit 6 (default 60)")
     p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                    help="extra librdkafka setting for every client (repeatable), e.g. security.protocol=SSL")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")

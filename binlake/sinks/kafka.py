@@ -276,10 +276,13 @@ def _one(value: int) -> np.ndarray:
 class Encoder:
     """Turns decoded ranges into change-event records (docs/kafka.md describes the format)."""
 
-    def __init__(self, prefix: str, tombstones: bool, resolver: TimelineResolver | None) -> None:
+    def __init__(self, prefix: str, tombstones: bool, resolver: TimelineResolver | None, tables=None,
+                 databases: set[str] | None = None) -> None:
         self.prefix = prefix
         self.tombstones = tombstones
         self.resolver = resolver
+        self.tables = tables  # the publish filters, as the decoder applies them to rows
+        self.databases = databases
         self.prefix_json = json.dumps(prefix, ensure_ascii=False)
 
     def encode(self, result: RangeResult, path: str, truncate_partitions: Callable[[str], int]) -> Messages:
@@ -393,19 +396,31 @@ class Encoder:
         out.chunks.append(chunk(part, keys, values))
         out.counts[(f"{db}.{name}", "u")] += len(values)
 
+    def wanted(self, qualified: str) -> bool:
+        db = qualified.partition(".")[0]
+        if self.databases is not None and db not in self.databases:
+            return False
+        return self.tables is None or self.tables.search(qualified) is not None
+
     def _ddl(self, out: Messages, ddl: dict, server_ids: _ServerIds, now_ms: str,
              truncate_partitions: Callable[[str], int]) -> None:
         seq, pos = ddl["file_seq"], ddl["pos"]
         sql = ddl["query"] or ""
         db = ddl.get("database") or ""
+        op = lifecycle_of(sql, db or None)
         sid = int(server_ids.at(np.asarray([pos]))[0])
         source = {"version": __version__, "connector": "binlake", "name": self.prefix, "server_id": sid,
                   "ts_ms": int(ddl["ts"]) * 1000, "snapshot": "false", "db": db, "table": None, "gtid": None,
                   "file": ddl["file"], "pos": pos, "row": 0, "sub": 0}
         changes = []
         timeline = self.resolver.timeline if self.resolver is not None else None
-        for _qualified, version in (timeline.changed_at((seq, pos)) if timeline is not None else []):
-            changes.append(_table_change(_qualified, version, timeline, (seq, pos)))
+        for qualified, version in (timeline.changed_at((seq, pos)) if timeline is not None else []):
+            changes.append(_table_change(qualified, version, timeline, (seq, pos)))
+        named = [c["id"] for c in changes] + (op.tables + [n for pair in op.renames for n in pair] if op else [])
+        if (named and not any(self.wanted(n) for n in named)) or (
+                not named and db and self.databases is not None and db not in self.databases):
+            return  # a statement about tables (or a database) the publish leaves out
+        changes = [c for c in changes if self.wanted(c["id"])]
         if not db and changes:
             db = changes[0]["id"].partition(".")[0]
             source["db"] = db
@@ -414,9 +429,8 @@ class Encoder:
         out.chunks.append(Chunk(topic_name(self.prefix, SCHEMA_TOPIC), [_compact({"databaseName": db})],
                                 [_compact(value)], 0, _one(seq), _one(pos), _one(0), _one(-1), 0))
         out.schema_changes += 1
-        op = lifecycle_of(sql, db or None)
         if op is not None and op.kind == "truncate":
-            for qualified in op.tables:
+            for qualified in filter(self.wanted, op.tables):
                 tdb, _, tname = qualified.partition(".")
                 self._truncate(out, tdb, tname, source, now_ms, truncate_partitions, seq, pos)
 
@@ -587,7 +601,7 @@ class KafkaPublisher:
         summary.start = summary.end = position
         resolver = build_resolver(files, opts.schemas)
         summary.seconds["start"] = time.perf_counter() - started
-        encoder = Encoder(opts.topic_prefix, opts.tombstones, resolver)
+        encoder = Encoder(opts.topic_prefix, opts.tombstones, resolver, opts.tables, opts.databases)
         batch = (position or {}).get("batch", 0)
         keys = {Path(f).name: seq for f, seq in zip(files, _file_seqs(files), strict=True)}
         for path in files:
@@ -682,14 +696,16 @@ def _file_seqs(files: Sequence[str]) -> list[int]:
     return [s if (s := sequence_number(f)) >= 0 else i for i, f in enumerate(files)]
 
 
-_CLIENT_KEYS = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+_CLIENT_KEYS = {"log_level", "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
                 "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
                 "client.id", "socket.timeout.ms"}
 
 
 def _common(extra: dict) -> dict:
-    """The settings every client (admin, consumer, producer) of the publisher shares: connection and security."""
-    return {k: v for k, v in extra.items() if k in _CLIENT_KEYS}
+    """The settings every client (admin, consumer, producer) of the publisher shares: connection and security.
+    librdkafka's own log lines (a refused connection is logged on every retry) are off unless `log_level` is
+    given: failures reach the command line as one line through the exceptions."""
+    return {"log_level": 2, **{k: v for k, v in extra.items() if k in _CLIENT_KEYS}}
 
 
 def _kafka_text(exc: KafkaException) -> str:

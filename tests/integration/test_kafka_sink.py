@@ -499,3 +499,63 @@ def test_redis_cache_example_equals_the_tables(kafka_broker: PrivateKafka, maria
         cache[table] = {_norm_key(k): json.loads(v) for k, v in raw.items()}
     assert project(cache, expected) == expected
     assert not client.exists(f"{prefix}.{DBS[1]}.logs"), "tables without a key are not cached"
+
+
+def test_publish_errors_are_one_line(kafka_broker: PrivateKafka, mariadb_minimal: PrivateMariaDB,
+                                     workload_binlogs, tmp_path: Path) -> None:
+    """A bad prefix (2), a broker that does not answer (6) and a table no schema describes (5): one line each,
+    naming the option, the broker or the table with file and position; nothing of the refused batch published."""
+    source, _work = workload_binlogs
+    bad = publish_cli(kafka_broker.bootstrap, source, "bad prefix", check=False)
+    assert bad.returncode == 2 and "--topic-prefix" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    down = publish_cli(dead, source, "k20down", "--kafka-timeout", "3", check=False)
+    assert down.returncode == 6 and dead in down.stderr
+    assert len([line for line in down.stderr.splitlines() if "binlake" in line]) == 1
+    # MINIMAL row metadata, the CREATE TABLE in an earlier file: nothing names the columns.
+    db = "k20_minimal"
+    with mariadb_minimal.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        cur.execute(f"CREATE DATABASE `{db}`")
+        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
+        mariadb_minimal.flush_logs()
+        cur.execute(f"INSERT INTO `{db}`.t VALUES (1, 2), (2, 3)")
+    last = mariadb_minimal.flush_logs()[-1]
+    only = tmp_path / "minimal"
+    only.mkdir()
+    shutil.copy(last, only / last.name)
+    cmd = [sys.executable, "-m", "binlake.cli", "publish", "--source", f"local:{only}", "--kafka",
+           kafka_broker.bootstrap, "--topic-prefix", "k20held", "--databases", db, "--no-progress"]
+    held = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
+    assert held.returncode == 5, held.stderr
+    assert f"{db}.t" in held.stderr and last.name in held.stderr and len(held.stderr.strip().splitlines()) == 1
+    assert [r for r in read_topics(kafka_broker.bootstrap, "k20held") if not r.topic.endswith("schema-changes")] == []
+
+
+def test_kafka_stage_from_the_deployment_config(kafka_broker: PrivateKafka, mariadb_full: PrivateMariaDB,
+                                                workload_binlogs, tmp_path: Path) -> None:
+    """[sink.kafka] -> run_stage(cfg, "kafka", ...) publishes an instance's landed files (what the DAG's
+    publish_kafka task runs); a second run publishes nothing."""
+    from binlake.config import parse_config
+    from binlake.orchestration.stages import run_stage
+    from binlake.sources.landing import landing_dir
+
+    source, _work = workload_binlogs
+    landing = tmp_path / "landing"
+    target = landing_dir(str(landing), "shop", "default")
+    target.mkdir(parents=True)
+    for f in sorted(source.iterdir()):
+        shutil.copy(f, target / f.name)
+    cfg = parse_config({"lake": str(tmp_path / "lake"), "landing": str(landing),
+                        "instances": [{"name": "shop", "source": f"local:{source}", "tables": [f"{DBS[0]}.*"]}],
+                        "sink": {"kafka": {"bootstrap_servers": kafka_broker.bootstrap, "topic_prefix": "k20stage",
+                                           "partitions": 2, "batch_mb": 1}}}, str(tmp_path / "binlake.toml"))
+    first = run_stage(cfg, "kafka", "shop", "default")
+    assert first["batches"] >= 1 and first["end"]["publisher"] == "shop-default"
+    records = read_topics(kafka_broker.bootstrap, "k20stage")
+    state, _counts, _schema = rebuild(records, "k20stage")
+    expected = {t: rows for t, rows in server_tables(mariadb_full).items() if t.startswith(DBS[0] + ".")}
+    assert project(state, expected) == expected and not any(t.startswith(DBS[1]) for t in state)
+    assert run_stage(cfg, "kafka", "shop", "default")["batches"] == 0
