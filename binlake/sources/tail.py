@@ -177,6 +177,7 @@ class Landing:
         self.unsynced = False
         self._last_sync = time.monotonic()
         self._buf = bytearray()  # whole events not yet written (written at transaction ends)
+        self._whole = 0  # length of the buffer's whole transactions (its start up to the last transaction end)
         self._written = 0  # the file's size on disk (self.size includes the buffer)
 
     # -- what is there ---------------------------------------------------------------------------------------
@@ -255,6 +256,7 @@ class Landing:
         self.closed = False
         self.boundaries = Boundaries()
         self._buf = bytearray()
+        self._whole = 0
         if not path.exists() or path.stat().st_size < 4:
             self.fd = None
             self.size = self._written = 4  # the magic, written with the FORMAT_DESCRIPTION
@@ -275,15 +277,18 @@ class Landing:
     def _append(self, data: bytes) -> None:
         self._buf += data
 
-    def _write_out(self) -> None:
-        if self._buf and self.fd is not None:
-            view = memoryview(self._buf)
+    def _write_out(self, upto: int | None = None) -> None:
+        """Write the buffered events (or its first `upto` bytes, whole events) to the file."""
+        data = memoryview(self._buf)[:upto] if upto is not None else memoryview(self._buf)
+        if data and self.fd is not None:
+            view = data
             while view:
                 n = os.write(self.fd, view)
                 view = view[n:]
-            self._written += len(self._buf)
-            self._buf = bytearray()
+            self._written += len(data)
             self.unsynced = True
+        self._buf = bytearray()
+        self._whole = 0
 
     def sync(self) -> None:
         self._write_out()
@@ -324,8 +329,10 @@ class Landing:
             self.finish()
             return True
         if boundary:
-            self._write_out()
-            if not more_waiting or time.monotonic() - self._last_sync >= self.sync_every:
+            # Whole transactions go out together: when the stream pauses, every `sync_every` seconds, or per MiB.
+            self._whole = len(self._buf)
+            if (not more_waiting or len(self._buf) >= (1 << 20)
+                    or time.monotonic() - self._last_sync >= self.sync_every):
                 self.sync()
         elif len(self._buf) >= (8 << 20):  # a big transaction: whole events go out in pieces
             self._write_out()
@@ -349,8 +356,8 @@ class Landing:
         """Stop writing without closing the file as finished (the server still writes it): whole transactions
         written and synced, a partial one dropped from the buffer (the resume cuts it anyway)."""
         if self.fd is not None:
-            if not self.boundaries.in_txn:
-                self.sync()
+            self._write_out(None if not self.boundaries.in_txn else self._whole)
+            self.sync()
             os.close(self.fd)
         self.fd = None
         self._buf = bytearray()

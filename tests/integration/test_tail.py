@@ -177,6 +177,7 @@ def _lake_rows(lake: Path) -> dict:
             "pairs": {(r["a"], r["b"]): r["amount"] for r in out["pairs"]}}
 
 
+@pytest.mark.slow  # about 90 s: 11 tail processes, an ingest --follow process and a writer
 def test_kill9_at_random_moments_gtid_resume_and_ingest_follow_equals_select(server, tmp_path):
     """10 kill -9 of the tail at seeded random moments while a writer runs (rotations too); every restart
     resumes by MariaDB GTID state (strict mode); the files stay byte-identical and `ingest --follow` running all
