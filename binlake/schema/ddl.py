@@ -577,7 +577,9 @@ class _Statement:
         return DdlEffect("truncate", [self.display(tn)])
 
     # -- ALTER TABLE ----------------------------------------------------------------------------------------
-    def alter_table(self) -> DdlEffect:
+    def alter_parts(self) -> tuple[TableName, list[AlterOp], dict[str, object]]:
+        """After `ALTER [ONLINE|IGNORE] TABLE`: the table, its clauses and its table options (gathered:
+        `COLLATE x, CHARACTER SET y` is one change). The lake's lifecycle reader (lifecycle.py) uses it too."""
         c = self.cur
         c.accept("IF", "EXISTS")
         tn = self.table_name()
@@ -585,10 +587,14 @@ class _Statement:
             c.integer()
         c.accept("NOWAIT")
         ops: list[AlterOp] = []
-        opts: dict[str, object] = {}  # table options, gathered: `COLLATE x, CHARACTER SET y` is one change
+        opts: dict[str, object] = {}
         while not c.at_end():
             if not c.accept_op(","):
                 self.alter_clause(ops, opts)
+        return tn, ops, opts
+
+    def alter_table(self) -> DdlEffect:
+        tn, ops, opts = self.alter_parts()
         if "charset" in opts or "collation" in opts:
             cs, coll = opts.get("charset"), opts.get("collation")
             if coll and cs and charset_of_collation(str(coll)) not in (None, cs):

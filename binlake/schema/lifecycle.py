@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .catalog import AlterOp, Catalog, DdlError
+from .catalog import Catalog, DdlError
 from .ddl import _Statement
 from .sqllex import Cursor, SqlSyntaxError
 
@@ -53,16 +53,7 @@ def lifecycle_of(sql: str, default_db: str | None) -> LifecycleOp | None:
                 pass
             if not cur.accept("TABLE"):
                 return None
-            cur.accept("IF", "EXISTS")
-            tn = st.table_name()
-            if cur.accept("WAIT"):
-                cur.integer()
-            cur.accept("NOWAIT")
-            ops: list[AlterOp] = []
-            opts: dict[str, object] = {}
-            while not cur.at_end():
-                if not cur.accept_op(","):
-                    st.alter_clause(ops, opts)
+            tn, ops, _options = st.alter_parts()
             rename = next((op for op in reversed(ops) if op.kind == "rename_table"), None)
             if rename is None or rename.value.key == tn.key:
                 return None
