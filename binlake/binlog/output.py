@@ -343,28 +343,22 @@ def _names(table: TableMap) -> list[str]:
     return [c.name for c in table.columns]  # type: ignore[misc]
 
 
+def _present(table: TableMap, values: list) -> list[tuple[str, Any, Any]]:
+    """(name, column, value) of every value the row image holds (a partial image leaves some ABSENT)."""
+    return [(n, c, v) for n, c, v in zip(_names(table), table.columns, values, strict=False) if v is not ABSENT]
+
+
 def _assignments(table: TableMap, values: list) -> str:
-    names = _names(table)
-    parts = []
-    for i, (name, v) in enumerate(zip(names, values, strict=False)):
-        if v is ABSENT:
-            continue
-        if type(v) is JsonPatch:
-            parts.append(f"{quote_ident(name)}={json_patch_sql(quote_ident(name), v)}")
-            continue
-        parts.append(f"{quote_ident(name)}={value_sql(table.columns[i], v)}")
-    return ", ".join(parts)
+    return ", ".join(f"{quote_ident(name)}="
+                     + (json_patch_sql(quote_ident(name), v) if type(v) is JsonPatch else value_sql(col, v))
+                     for name, col, v in _present(table, values))
 
 
 def _conditions(table: TableMap, values: list, keyed: bool) -> str:
-    names = _names(table)
     parts = []
-    for i, (name, v) in enumerate(zip(names, values, strict=False)):
-        if v is ABSENT:
-            continue
+    for name, col, v in _present(table, values):
         if type(v) is JsonPatch:
             raise OutputError(f"{table.qualified_name}: a partial JSON update cannot identify a row")
-        col = table.columns[i]
         exact = match_sql(col, name, v)
         if keyed and exact.startswith("CAST(") and isinstance(v, str) and _char_type(col):
             # a key column: compare under its collation too, so that the key's index finds the row
@@ -396,11 +390,10 @@ def _where(table: TableMap, values: list) -> str:
 
 
 def _insert(table: TableMap, values: list) -> str:
-    names = _names(table)
-    cols = [(n, v, c) for n, v, c in zip(names, values, table.columns, strict=False) if v is not ABSENT]
+    cols = _present(table, values)
     return (
         f"INSERT INTO {quote_ident(table.database)}.{quote_ident(table.table)} "
-        f"({', '.join(quote_ident(n) for n, _, _ in cols)}) VALUES ({', '.join(value_sql(c, v) for _, v, c in cols)});"
+        f"({', '.join(quote_ident(n) for n, _, _ in cols)}) VALUES ({', '.join(value_sql(c, v) for _, c, v in cols)});"
     )
 
 

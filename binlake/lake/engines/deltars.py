@@ -24,7 +24,7 @@ from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_commi
 from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
 from .mergeplan import MergeSpec
 from .schema_change import apply_changes, plan, relevant, renamed
-from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
+from .tombstones import copy_with_tombstones, merge_with_tombstones, tombstone_path, tombstone_version_at
 
 T = TypeVar("T")
 
@@ -256,32 +256,21 @@ class DeltaRsEngine:
         return self._retry(attempt)
 
     def copy_table(self, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
-        """Make `dst` (created when missing) hold exactly `src` at `version`: rows, schema and tombstones, in one
-        commit of `dst` carrying (app_id, batch) (its tombstone table first)."""
-
-        check_batch(app_id, batch)
-        if is_committed(self.txn_version(dst, app_id), batch):
-            return False
-        tsrc, tdst = tombstone_path(src), tombstone_path(dst)
-        tversion = tombstone_version_at(self._history_meta(src), version) if self.exists(tsrc) else None
-        if tversion is not None:
-            self._overwrite_from(tsrc, tversion, tdst, app_id, batch, "copy")
-        elif self.exists(tdst):  # no deletes to remember: empty, with the keys typed as the source's
-            self._overwrite_from(None, None, tdst, app_id, batch, "copy",
-                                 schema=_retyped(self.table_schema(tdst), self._arrow_schema(self._dt(src, version))))
-        meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
-                           tombstonesVersion=self.version(tdst))
-        return self._overwrite_from(src, version, dst, app_id, batch, "copy", meta)
+        return copy_with_tombstones(self, src, version, dst, app_id, batch)
 
     def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
-                        action: str, meta: dict[str, Any] | None = None, schema: pa.Schema | None = None) -> bool:
-        """Overwrite `dst` with `src` at `version` (None: with no rows, of `schema` or dst's own)."""
+                        meta: dict[str, Any], like: str | None = None, like_version: int | None = None) -> bool:
+        """Overwrite `dst` with `src` at `version` (None: with no rows, dst's columns typed as `like`'s at
+        `like_version`); see tombstones.CopyBackend."""
         from deltalake import write_deltalake
 
-        meta = meta or commit_meta(action, [(app_id, batch)])
         source = self._dt(src, version) if src is not None else None
-        if schema is None:
-            schema = self._arrow_schema(source) if source is not None else self.table_schema(dst)
+        if source is not None:
+            schema = self._arrow_schema(source)
+        elif like is not None:
+            schema = _retyped(self.table_schema(dst), self._arrow_schema(self._dt(like, like_version)))
+        else:
+            schema = self.table_schema(dst)
 
         def attempt() -> bool:
             self.create_empty(dst, schema)

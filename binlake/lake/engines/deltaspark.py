@@ -40,7 +40,7 @@ from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
 from .mergeplan import MergeSpec, quote
 from .schema_change import apply_changes, plan, relevant, renamed
-from .tombstones import merge_with_tombstones, tombstone_path, tombstone_version_at
+from .tombstones import copy_with_tombstones, merge_with_tombstones, tombstone_path
 
 T = TypeVar("T")
 
@@ -396,20 +396,7 @@ class DeltaSparkEngine:
         return self._retry(attempt)
 
     def copy_table(self, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
-        """Make `dst` (created when missing) hold exactly `src` at `version`: rows, schema and tombstones, in one
-        commit of `dst` carrying (app_id, batch) (its tombstone table first)."""
-        check_batch(app_id, batch)
-        if is_committed(self.txn_version(dst, app_id), batch):
-            return False
-        tsrc, tdst = tombstone_path(src), tombstone_path(dst)
-        tversion = tombstone_version_at(self._history_meta(src), version) if self.exists(tsrc) else None
-        if tversion is not None or self.exists(tdst):
-            self._overwrite_from(tsrc if tversion is not None else None, tversion, tdst, app_id, batch,
-                                 commit_meta("copy", [(app_id, batch)]), like=None if tversion is not None else src,
-                                 like_version=version)
-        meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
-                           tombstonesVersion=self.version(tdst))
-        return self._overwrite_from(src, version, dst, app_id, batch, meta)
+        return copy_with_tombstones(self, src, version, dst, app_id, batch)
 
     def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
                         meta: dict[str, Any], like: str | None = None, like_version: int | None = None) -> bool:

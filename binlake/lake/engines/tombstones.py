@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .base import DELETED, SEQ, EngineError, MergeInputError, is_committed
+from .base import DELETED, SEQ, EngineError, MergeInputError, check_batch, is_committed
 from .commitmeta import commit_meta, meta_at
 from .mergeplan import (
     MergeSpec,
@@ -192,3 +192,39 @@ def tombstone_version_at(history_meta: list[tuple[int, dict[str, Any] | None]], 
     """The tombstone-table version that belonged to current-table `version` (0 = the empty creation)."""
     recorded = meta_at(history_meta, version, "tombstonesVersion")
     return 0 if recorded is None else int(recorded)
+
+
+class CopyBackend(Protocol):
+    """The primitives an engine supplies to `copy_with_tombstones`."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def version(self, path: str) -> int | None: ...
+
+    def txn_version(self, path: str, app_id: str) -> int | None: ...
+
+    def _history_meta(self, path: str) -> list[tuple[int, dict[str, Any] | None]]: ...
+
+    def _overwrite_from(self, src: str | None, version: int | None, dst: str, app_id: str, batch: int,
+                        meta: dict[str, Any], like: str | None = None, like_version: int | None = None) -> bool:
+        """Overwrite `dst` (created when missing) with `src` at `version` in one commit carrying (app_id, batch)
+        and `meta`; src None: with no rows, dst's columns typed as `like`'s of the same name at `like_version`."""
+        ...
+
+
+def copy_with_tombstones(b: CopyBackend, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
+    """The engines' `copy_table`: make `dst` hold exactly `src` at `version` (rows, schema and tombstones), in one
+    commit of `dst` carrying (app_id, batch), its tombstone table first."""
+    check_batch(app_id, batch)
+    if is_committed(b.txn_version(dst, app_id), batch):
+        return False
+    tsrc, tdst = tombstone_path(src), tombstone_path(dst)
+    tversion = tombstone_version_at(b._history_meta(src), version) if b.exists(tsrc) else None
+    copy = commit_meta("copy", [(app_id, batch)])
+    if tversion is not None:
+        b._overwrite_from(tsrc, tversion, tdst, app_id, batch, copy)
+    elif b.exists(tdst):  # no deletes to remember: empty, with the keys typed as the source's
+        b._overwrite_from(None, None, tdst, app_id, batch, copy, like=src, like_version=version)
+    meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
+                       tombstonesVersion=b.version(tdst))
+    return b._overwrite_from(src, version, dst, app_id, batch, meta)
