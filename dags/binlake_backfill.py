@@ -4,10 +4,8 @@ overlap with ingested data changes nothing; a gap converges to the in-order resu
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import Param, dag
-from binlake_airflow.notifiers import BinlakeFailureNotifier
+from binlake_airflow.notifiers import dag_defaults
 from binlake_airflow.tasks import (
     discover,
     fetch,
@@ -41,8 +39,7 @@ LAKE = {"pool": CONFIG.pool} if CONFIG.pool else {}
                         description="db.table names the backfill is about (checked against the tracked tables; "
                                     "files are ingested for every tracked table)"),
     },
-    default_args={"retries": CONFIG.retries, "retry_delay": timedelta(minutes=CONFIG.retry_delay_minutes),
-                  "on_failure_callback": BinlakeFailureNotifier(CONFIG.path)},
+    default_args=dag_defaults(CONFIG),
     doc_md=__doc__,
 )
 def binlake_backfill():

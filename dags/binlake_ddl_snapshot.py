@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import dag
-from binlake_airflow.notifiers import BinlakeFailureNotifier
+from binlake_airflow.notifiers import dag_defaults
 from binlake_airflow.tasks import snapshot_ddl
 
 from binlake.config import load_config
@@ -20,8 +18,7 @@ CONFIG = load_config()
     catchup=False,
     max_active_runs=1,
     tags=["binlake"],
-    default_args={"retries": CONFIG.retries, "retry_delay": timedelta(minutes=CONFIG.retry_delay_minutes),
-                  "on_failure_callback": BinlakeFailureNotifier(CONFIG.path)},
+    default_args=dag_defaults(CONFIG),
     doc_md=__doc__,
 )
 def binlake_ddl_snapshot():

@@ -3,10 +3,8 @@ gate -> merge -> gate -> publish over the run's data interval. One Asset event p
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
-from binlake_airflow.notifiers import BinlakeFailureNotifier
+from binlake_airflow.notifiers import dag_defaults
 from binlake_airflow.tasks import ingest_chain
 
 from binlake.config import load_config
@@ -21,8 +19,7 @@ CONFIG = load_config()
     catchup=True,
     max_active_runs=1,
     tags=["binlake"],
-    default_args={"retries": CONFIG.retries, "retry_delay": timedelta(minutes=CONFIG.retry_delay_minutes),
-                  "on_failure_callback": BinlakeFailureNotifier(CONFIG.path)},
+    default_args=dag_defaults(CONFIG),
     doc_md=__doc__,
 )
 def binlake_ingest():

@@ -10,11 +10,12 @@ from __future__ import annotations
 import html
 import json
 import logging
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseHook, BaseNotifier
 
-from binlake.config import AlertConfig, load_config
+from binlake.config import AlertConfig, DeploymentConfig, load_config
 from binlake.orchestration.alerts import PipelineAlert
 from binlake.quality.alerts import post_json
 
@@ -116,3 +117,9 @@ class BinlakeFailureNotifier(BaseNotifier):
 
     def notify(self, context: dict[str, Any]) -> None:
         deliver(load_config(self.config_path).alerts, alert_from_context(context), context)
+
+
+def dag_defaults(cfg: DeploymentConfig) -> dict[str, Any]:
+    """`default_args` of every binlake DAG: the config's retries and retry delay, this notifier on failure."""
+    return {"retries": cfg.retries, "retry_delay": timedelta(minutes=cfg.retry_delay_minutes),
+            "on_failure_callback": BinlakeFailureNotifier(cfg.path)}
