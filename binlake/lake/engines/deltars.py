@@ -23,8 +23,14 @@ from ..staging import entry_pieces, entry_reader, unified_schema
 from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
 from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
 from .mergeplan import MergeSpec
-from .schema_change import apply_changes, plan, relevant, renamed
-from .tombstones import copy_with_tombstones, merge_with_tombstones, tombstone_path, tombstone_version_at
+from .schema_change import apply_changes, plan, renamed
+from .tombstones import (
+    copy_with_tombstones,
+    merge_with_tombstones,
+    replace_schema_with_tombstones,
+    tombstone_path,
+    tombstone_version_at,
+)
 
 T = TypeVar("T")
 
@@ -307,15 +313,7 @@ class DeltaRsEngine:
         return True
 
     def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
-        check_batch(app_id, batch)
-        changes = list(changes)
-        done = self._retry(lambda: self._rewrite(path, changes, app_id, batch))
-        tpath = tombstone_path(path)
-        if self.exists(tpath):
-            tchanges = relevant(changes, self.table_schema(tpath).names)
-            if tchanges:
-                self._retry(lambda: self._rewrite(tpath, tchanges, app_id, batch))
-        return done
+        return replace_schema_with_tombstones(self, path, changes, app_id, batch)
 
     def _rewrite(self, path: str, changes: list[ColumnChange], app_id: str, batch: int) -> bool:
         """Overwrite the table with itself, changed, in one commit; streams batch by batch."""

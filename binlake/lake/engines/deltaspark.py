@@ -39,8 +39,12 @@ from .base import ColumnChange, EngineError, EngineUnavailable, HistoryEntry, ch
 from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
 from .mergeplan import MergeSpec, quote
-from .schema_change import apply_changes, plan, relevant, renamed
-from .tombstones import copy_with_tombstones, merge_with_tombstones, tombstone_path
+from .schema_change import apply_changes, plan, renamed
+from .tombstones import (
+    copy_with_tombstones,
+    merge_with_tombstones,
+    replace_schema_with_tombstones,
+)
 
 T = TypeVar("T")
 
@@ -432,15 +436,7 @@ class DeltaSparkEngine:
         return self._log.set_properties(path, props)
 
     def replace_schema(self, path: str, changes: Sequence[ColumnChange], app_id: str, batch: int) -> bool:
-        check_batch(app_id, batch)
-        changes = list(changes)
-        done = self._retry(lambda: self._rewrite(path, changes, app_id, batch))
-        tpath = tombstone_path(path)
-        if self.exists(tpath):
-            tchanges = relevant(changes, self.table_schema(tpath).names)
-            if tchanges:
-                self._retry(lambda: self._rewrite(tpath, tchanges, app_id, batch))
-        return done
+        return replace_schema_with_tombstones(self, path, changes, app_id, batch)
 
     def _rewrite(self, path: str, changes: list[ColumnChange], app_id: str, batch: int) -> bool:
         """Overwrite the table with itself changed (Arrow batches through mapInArrow), in one commit."""

@@ -20,12 +20,13 @@ Steps 2 and 4 are idempotent by content (step 2 carries (app_id, batch), step 4 
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .base import DELETED, SEQ, EngineError, MergeInputError, check_batch, is_committed
+from .base import DELETED, SEQ, ColumnChange, EngineError, MergeInputError, check_batch, is_committed
 from .commitmeta import commit_meta, meta_at
 from .mergeplan import (
     MergeSpec,
@@ -35,8 +36,10 @@ from .mergeplan import (
     tombstone_spec,
     validate_merge_input,
 )
+from .schema_change import relevant
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TOMBSTONE_DIR = "_binlake_tombstones"
 _TSEQ = "__binlake_tombstone_seq"
@@ -228,3 +231,32 @@ def copy_with_tombstones(b: CopyBackend, src: str, version: int, dst: str, app_i
     meta = commit_meta("copy", [(app_id, batch)], copiedFrom=str(src), copiedVersion=version,
                        tombstonesVersion=b.version(tdst))
     return b._overwrite_from(src, version, dst, app_id, batch, meta)
+
+
+class RewriteBackend(Protocol):
+    """The primitives an engine supplies to `replace_schema_with_tombstones`."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def table_schema(self, path: str) -> pa.Schema: ...
+
+    def _retry(self, attempt: Callable[[], T]) -> T: ...
+
+    def _rewrite(self, path: str, changes: list[ColumnChange], app_id: str, batch: int) -> bool:
+        """Overwrite the table with itself, changed, in one commit carrying (app_id, batch)."""
+        ...
+
+
+def replace_schema_with_tombstones(b: RewriteBackend, path: str, changes: Sequence[ColumnChange], app_id: str,
+                                   batch: int) -> bool:
+    """The engines' `replace_schema`: the table rewritten, then its tombstone table for the changes to its key
+    columns."""
+    check_batch(app_id, batch)
+    changes = list(changes)
+    done = b._retry(lambda: b._rewrite(path, changes, app_id, batch))
+    tpath = tombstone_path(path)
+    if b.exists(tpath):
+        tchanges = relevant(changes, b.table_schema(tpath).names)
+        if tchanges:
+            b._retry(lambda: b._rewrite(tpath, tchanges, app_id, batch))
+    return done
