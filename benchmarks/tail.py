@@ -47,9 +47,9 @@ def writer(db: PrivateMariaDB, table: str, rate: int, seconds: float, commits: d
     next_id, n = first_id, 0
     start = time.time()
     while time.time() - start < seconds:
-        due = start + n / txns_per_s
-        if due > time.time():
-            time.sleep(due - time.time())
+        wait = start + n / txns_per_s - time.time()
+        if wait > 0:
+            time.sleep(wait)
         ids = range(next_id, next_id + ROWS_PER_TXN)
         cur.execute("BEGIN")
         cur.execute(f"INSERT INTO {table} VALUES " + ",".join(f"({i}, 'v{i}', {i % 1000})" for i in ids))

@@ -349,7 +349,7 @@ def _follow(args: argparse.Namespace) -> int:
 
     def once() -> None:
         code = _ingest_once(args)
-        if code != 0:
+        if code not in (0, ExitCode.QUARANTINED):  # held-back tables stay held; every other table keeps following
             raise _FollowStopped(code)
 
     try:
@@ -720,7 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mysql", required=True, help="mysql://user:password@host:port/ (needs REPLICATION SLAVE)")
     p.add_argument("--landing", required=True, help="directory the binlog files are landed in (server's names)")
     p.add_argument("--server-id", type=_count(1), help="replica server id, unique among the server's replicas "
-                   "(default: derived from the process id)")
+                   "(default: derived from the landing directory, the same on every restart)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from", dest="start_from", metavar="FILE[:POS]", help="first binlog file to land when the "
                        "landing directory is empty (landed whole from its start; default: the server's oldest)")

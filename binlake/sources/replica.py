@@ -163,7 +163,9 @@ class ReplicaConnection:
         period_ns = int(self.heartbeat * 1e9)
         # Both the old and the new variable names (MySQL 8.0.26 renamed master_* to source_*); unknown ones are
         # harmless user variables.
-        self._set(["SET @master_binlog_checksum = @@global.binlog_checksum",
+        replica_uuid = uuid.UUID(int=(0x62696E6C616B65 << 64) | self.server_id)  # one per replica id
+        self._set([f"SET @slave_uuid = '{replica_uuid}'", f"SET @replica_uuid = '{replica_uuid}'",
+                   "SET @master_binlog_checksum = @@global.binlog_checksum",
                    "SET @source_binlog_checksum = @@global.binlog_checksum",
                    f"SET @master_heartbeat_period = {period_ns}",
                    f"SET @source_heartbeat_period = {period_ns}"])

@@ -24,6 +24,7 @@ import os
 import re
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,7 +392,9 @@ class Tail:
                  max_backoff: float = 30.0) -> None:
         self.url = url
         self.landing = Landing(landing)
-        self.server_id = server_id or (0x5B000000 | (os.getpid() & 0xFFFFFF))
+        # The default replica id comes from the landing directory: a restarted tail registers under the same id,
+        # so the server replaces the dump thread a killed tail left behind.
+        self.server_id = server_id or (0x5B000000 | (zlib.crc32(str(Path(landing).resolve()).encode()) & 0xFFFFFF))
         self.start_file = start_file
         self.gtid = gtid
         self.heartbeat = heartbeat
