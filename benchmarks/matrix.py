@@ -203,8 +203,11 @@ def cell_dir(data: Path, metadata: str, shape: str, dist: str, txn: int, sizes: 
     return data / metadata / f"{shape}-{dist}-{txn}-{key}"
 
 
+CPU = "0"  # the core every timed command is pinned to (--cpu)
+
+
 def _pinned(cmd: list[str]) -> list[str]:
-    return ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
+    return ["taskset", "-c", CPU, *cmd] if shutil.which("taskset") else cmd
 
 
 class Runner:
@@ -337,9 +340,12 @@ def main() -> int:
     parser.add_argument("--no-ingest", action="store_true")
     parser.add_argument("--build-only", action="store_true", help="only write the missing cells' binlogs")
     parser.add_argument("--memory", action="store_true", help="only the 250,000/2,000,000-row ingest memory cells")
+    parser.add_argument("--cpu", default="0", help="the core to pin the timed commands to (taskset -c)")
     parser.add_argument("--markdown")
     parser.add_argument("--json")
     args = parser.parse_args()
+    global CPU
+    CPU = args.cpu
 
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     base = Path(args.data) if args.data else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
