@@ -42,7 +42,7 @@ from .vectorized import (
     datetime2_texts,
     decimal_values,
     int24_values,
-    joined_texts,
+    latin1_texts,
     time2_texts,
     timestamp2_texts,
 )
@@ -275,8 +275,8 @@ def plan_text(codec: Any, bit: int) -> _Col:
     fn = _text_fn(col)
     if fn is None:
         return _Col(col.index, bit, None, codec.prefix, _first, _same)
-    if fn is decode_mysql_latin1:  # one byte per character: the column decoded whole, then cut
-        return _Col(col.index, bit, None, codec.prefix, lambda f: joined_texts(f[0], fn), fn)
+    if fn is decode_mysql_latin1:  # ISO latin-1's C decoder where the bytes allow
+        return _Col(col.index, bit, None, codec.prefix, lambda f: latin1_texts(f[0], fn), fn)
     vec, one = _mapped(fn)
     return _Col(col.index, bit, None, codec.prefix, vec, one)
 

@@ -10,6 +10,9 @@ no cache to miss. Texts are written as ASCII digits into one byte matrix and dec
 
 from __future__ import annotations
 
+import re
+from itertools import repeat
+
 import numpy as np
 
 from .rowcodegen import _DECIMAL_CONTEXT
@@ -202,13 +205,15 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
     return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out)))
 
 
-def joined_texts(raws, decode) -> list[str]:
-    """Text values decoded whole: one decode of the joined bytes, then cut at the values' lengths (for a
-    single-byte charset, where bytes and characters line up)."""
-    text = decode(b"".join(raws))
-    ends = np.cumsum(np.fromiter(map(len, raws), dtype=_I64, count=len(raws))).tolist()
-    starts = [0, *ends[:-1]]
-    return list(map(text.__getitem__, map(slice, starts, ends)))
+_C1 = re.compile(rb"[\x80-\x9f]")
+
+
+def latin1_texts(raws, decode) -> list[str]:
+    """MySQL latin1 values: where no byte of the column is in 0x80-0x9F (where MySQL's latin1, Windows-1252,
+    differs from ISO latin-1), the interpreter's own latin-1 decoder, called from C for each value; else `decode`."""
+    if _C1.search(b"".join(raws)) is None:
+        return list(map(bytes.decode, raws, repeat("latin-1")))
+    return list(map(decode, raws))
 
 
 def int24_values(raws, signed: bool) -> list[int]:

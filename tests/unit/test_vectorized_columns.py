@@ -112,7 +112,14 @@ def test_decimal_columns(p: int, s: int) -> None:
 
 
 def test_latin1_text_column() -> None:
+    """MySQL's latin1 is Windows-1252 with its five gaps mapped to the C1 controls: every byte decodes."""
     rng = random.Random(5)
-    raws = [bytes(rng.randrange(256) for _ in range(rng.randrange(40))) for _ in range(2000)]
+    expected = {b: bytes([b]).decode("cp1252", errors="ignore") or chr(b) for b in range(256)}
     col = Column(0, T.VARCHAR, 200, collation=8)  # latin1_swedish_ci
-    assert _column(col, raws) == [decode_mysql_latin1(r) for r in raws]
+    everything = [bytes(rng.randrange(256) for _ in range(rng.randrange(40))) for _ in range(2000)]
+    no_c1 = [bytes(rng.choice([*range(0x80), *range(0xA0, 0x100)]) for _ in range(rng.randrange(40)))
+             for _ in range(2000)]
+    for raws in (everything, no_c1, [*no_c1, b"\x80\x81"]):
+        want = ["".join(expected[b] for b in r) for r in raws]
+        assert _column(col, raws) == want
+        assert [decode_mysql_latin1(r) for r in raws] == want
