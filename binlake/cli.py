@@ -434,8 +434,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
         batch_bytes=max(1, int(args.batch_mb * (1 << 20))),
         producer_config=extra, timeout=float(args.kafka_timeout))
     quiet = getattr(args, "no_progress", False)
-    summary = publish(opts, progress=None if quiet else lambda msg: print(f"[publish] {msg}", file=sys.stderr))
+    summary = publish(opts, progress=None if quiet else lambda msg: print(f"[publish] {msg}", file=sys.stderr),
+                      release=args.release)
     print(summary.text())
+    if summary.held:
+        from .terminal import print_error
+
+        print_error("binlake: error:", f"{len(summary.held)} table(s) held back, every other table was published; "
+                    "fix the cause (e.g. --schemas), then run the same command with --release DB.TABLE:")
+        for name, hold in sorted(summary.held.items()):
+            print(f"  {name}: {hold['error']} ({hold['file']}:{hold['pos']}); held from "
+                  f"{hold['from_file']}:{hold['from_pos']}", file=sys.stderr)
+        return int(ExitCode.QUARANTINED)
     return 0
 
 
@@ -708,6 +718,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "creates (default 3)")
     p.add_argument("--batch-mb", type=_megabytes, default=16, help="one Kafka transaction per range of about "
                    "this many binlog MB (default 16; fractions allowed)")
+    p.add_argument("--release", action="append", default=[], metavar="DB.TABLE",
+                   help="a held-back table whose cause is fixed: publish its changes from where it was held, then "
+                   "go on with the others (repeatable)")
     p.add_argument("--kafka-timeout", type=_count(1), default=60, help="seconds to wait for the broker "
                    "(metadata, transactions) before giving up with exit 6 (default 60)")
     p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",

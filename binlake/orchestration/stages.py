@@ -77,6 +77,7 @@ def run_stage(cfg: DeploymentConfig, stage: str, instance: str, lineage: str | N
 
         summary = publish(kafka_options(cfg, instance, lineage), progress=print)
         return {"batches": summary.batches, "end": summary.end, "schema_changes": summary.schema_changes,
+                "held": summary.held,
                 "changes": {f"{t}:{op}": n for (t, op), n in sorted(summary.changes.items())},
                 "seconds": round(time.perf_counter() - started, 3)}
     from ..lake import pipeline

@@ -20,6 +20,9 @@ same transaction to the compacted topic `PREFIX.binlake-offsets` (key = the publ
 where the last committed record says. `init_transactions` fences an older instance and aborts its open
 transaction, so a publisher killed at any point and run again publishes each change once to a `read_committed`
 consumer; running it again over the same files publishes nothing.
+
+A table whose changes cannot be decoded is held back alone (the others go on); the hold is part of the offsets
+record, and `release` publishes its changes from there once the cause is fixed (docs/kafka.md).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class PublishError(Exception):
 
 
 class HeldTables(PublishError):
-    """Changes of some tables could not be decoded (schema mismatch, no schema, unconvertible values)."""
+    """A released table's changes still cannot be decoded (schema mismatch, no schema, unconvertible values)."""
 
     exit_code = ExitCode.SCHEMA_MISMATCH
 
@@ -98,6 +101,8 @@ class PublishSummary:
     start: dict | None = None  # the committed position the run started from
     end: dict | None = None  # the committed position it ended at
     seconds: dict = field(default_factory=dict)
+    held: dict = field(default_factory=dict)  # db.table -> its hold: held back alone, the others published
+    released: list = field(default_factory=list)
 
     def text(self) -> str:
         if not self.batches:
@@ -108,6 +113,8 @@ class PublishSummary:
         for table in sorted({t for t, _ in self.changes}):
             lines.append(f"  {table}: " + ", ".join(f"{op} {self.changes[(table, op)]}" for op in "cudt"
                                                    if self.changes[(table, op)]))
+        for table in self.released:
+            lines.append(f"  released {table}: its held-back changes published")
         lines.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items()))
         return "\n".join(lines)
 
@@ -285,11 +292,16 @@ class Encoder:
         self.databases = databases
         self.prefix_json = json.dumps(prefix, ensure_ascii=False)
 
-    def encode(self, result: RangeResult, path: str, truncate_partitions: Callable[[str], int]) -> Messages:
+    def encode(self, result: RangeResult, path: str, truncate_partitions: Callable[[str], int],
+               skip: frozenset | set = frozenset(), catch_up: str | None = None) -> Messages:
+        """The range's records, leaving out the tables in `skip` (held back). `catch_up`: only that table's changes
+        and TRUNCATEs (a released table's catch-up; its schema changes were published in their own batches)."""
         out = Messages()
         server_ids = _ServerIds(path)
         now_ms = str(int(time.time() * 1000))
         for table, entry in result.tables.items():
+            if table in skip or (catch_up is not None and table != catch_up):
+                continue
             db, _, name = table.partition(".")
             topic = topic_name(self.prefix, db, name)
             out.table_topics[topic] = table
@@ -298,7 +310,7 @@ class Encoder:
                     tm = entry.versions.get(piece.column("_schema_version")[0].as_py(), entry.table_map)
                     self._table_piece(out, piece, tm, db, name, topic, server_ids, now_ms)
         for ddl in result.ddl:
-            self._ddl(out, ddl, server_ids, now_ms, truncate_partitions)
+            self._ddl(out, ddl, server_ids, now_ms, truncate_partitions, skip, catch_up)
         return out
 
     def _source_parts(self, db: str, table: str, part: pa.Table, server_ids: _ServerIds) -> list:
@@ -403,7 +415,8 @@ class Encoder:
         return self.tables is None or self.tables.search(qualified) is not None
 
     def _ddl(self, out: Messages, ddl: dict, server_ids: _ServerIds, now_ms: str,
-             truncate_partitions: Callable[[str], int]) -> None:
+             truncate_partitions: Callable[[str], int], skip: frozenset | set = frozenset(),
+             catch_up: str | None = None) -> None:
         seq, pos = ddl["file_seq"], ddl["pos"]
         sql = ddl["query"] or ""
         db = ddl.get("database") or ""
@@ -412,6 +425,15 @@ class Encoder:
         source = {"version": __version__, "connector": "binlake", "name": self.prefix, "server_id": sid,
                   "ts_ms": int(ddl["ts"]) * 1000, "snapshot": "false", "db": db, "table": None, "gtid": None,
                   "file": ddl["file"], "pos": pos, "row": 0, "sub": 0}
+        if catch_up is not None:
+            if op is not None and op.kind == "truncate" and catch_up in op.tables:
+                tdb, _, tname = catch_up.partition(".")
+                source = {"version": __version__, "connector": "binlake", "name": self.prefix,
+                          "server_id": int(server_ids.at(np.asarray([pos]))[0]), "ts_ms": int(ddl["ts"]) * 1000,
+                          "snapshot": "false", "db": tdb, "table": None, "gtid": None, "file": ddl["file"],
+                          "pos": pos, "row": 0, "sub": 0}
+                self._truncate(out, tdb, tname, source, now_ms, truncate_partitions, seq, pos)
+            return
         changes = []
         timeline = self.resolver.timeline if self.resolver is not None else None
         for qualified, version in (timeline.changed_at((seq, pos)) if timeline is not None else []):
@@ -430,7 +452,7 @@ class Encoder:
                                 [_compact(value)], 0, _one(seq), _one(pos), _one(0), _one(-1), 0))
         out.schema_changes += 1
         if op is not None and op.kind == "truncate":
-            for qualified in filter(self.wanted, op.tables):
+            for qualified in (t for t in op.tables if self.wanted(t) and t not in skip):
                 tdb, _, tname = qualified.partition(".")
                 self._truncate(out, tdb, tname, source, now_ms, truncate_partitions, seq, pos)
 
@@ -587,7 +609,7 @@ class KafkaPublisher:
             raise UnavailableError(f"--kafka {self.opts.bootstrap}: cannot start the transactional producer: "
                                    f"{_kafka_text(exc)}") from None
 
-    def run(self, progress: Callable[[str], None] | None = None) -> PublishSummary:
+    def run(self, progress: Callable[[str], None] | None = None, release: Sequence[str] = ()) -> PublishSummary:
         opts = self.opts
         say = progress or (lambda _m: None)
         summary = PublishSummary()
@@ -599,14 +621,20 @@ class KafkaPublisher:
         self._start_producer()
         position = self.committed_position()
         summary.start = summary.end = position
+        held: dict = dict((position or {}).get("held") or {})
+        for table in release:
+            if table not in held:
+                raise UsageError(f"--release {table}: not held back (held back: {', '.join(sorted(held)) or 'none'})")
         resolver = build_resolver(files, opts.schemas)
         summary.seconds["start"] = time.perf_counter() - started
         encoder = Encoder(opts.topic_prefix, opts.tombstones, resolver, opts.tables, opts.databases)
-        batch = (position or {}).get("batch", 0)
-        keys = {Path(f).name: seq for f, seq in zip(files, _file_seqs(files), strict=True)}
+        self._batch = (position or {}).get("batch", 0)
+        self._keys = {Path(f).name: seq for f, seq in zip(files, _file_seqs(files), strict=True)}
+        for table in release:
+            position = self._catch_up(table, held, position, files, resolver, encoder, summary, say)
         for path in files:
             name = Path(path).name
-            seq = keys[name]
+            seq = self._keys[name]
             start = 4
             if position is not None:
                 done_seq = position["file_seq"]
@@ -616,38 +644,86 @@ class KafkaPublisher:
                     start = position["pos"]
             for range_start, stop in plan_ranges(path, name, start, opts.batch_bytes):
                 t0 = time.perf_counter()
-                result = decode_range(path, name, seq, range_start, stop, batch + 1, resolver, opts.tables,
+                result = decode_range(path, name, seq, range_start, stop, self._batch + 1, resolver, opts.tables,
                                       opts.databases)
                 summary.seconds["decode"] = summary.seconds.get("decode", 0.0) + time.perf_counter() - t0
-                if result.held:
-                    table, hold = next(iter(sorted(result.held.items())))
-                    raise HeldTables(f"{table}: {hold['error']} ({hold['file']}:{hold['pos']}); nothing of "
-                                     f"{name} from position {range_start} was published")
+                new = {t: h for t, h in result.held.items() if t not in held}
+                for table, hold in sorted(new.items()):
+                    # Held back alone from the start of this range (the decode left out all its rows here); the
+                    # other tables go on. `--release` publishes its changes from there once the cause is fixed.
+                    held[table] = {"error": hold["error"], "file": hold["file"], "pos": hold["pos"],
+                                   "from_file": name, "from_seq": seq, "from_pos": range_start}
+                    say(f"held back {table}: {hold['error']} ({hold['file']}:{hold['pos']})")
                 end = {"publisher": opts.name, "file": name, "file_seq": seq, "pos": result.end,
-                       "complete": bool(result.reached_file_end and stop is None), "batch": batch + 1}
-                if end["pos"] == range_start and not end["complete"] and not result.ddl:
+                       "complete": bool(result.reached_file_end and stop is None), "batch": self._batch + 1,
+                       "held": dict(held)}
+                if end["pos"] == range_start and not end["complete"] and not result.ddl and not new:
                     continue  # nothing new in this range (an in-use file with no new transaction)
-                if position is not None and (end["file_seq"], end["pos"], end["complete"]) == (
+                if position is not None and not new and (end["file_seq"], end["pos"], end["complete"]) == (
                         position["file_seq"], position["pos"], position.get("complete")):
                     continue
                 t0 = time.perf_counter()
-                messages = encoder.encode(result, path, self.partitions_of)
+                messages = encoder.encode(result, path, self.partitions_of, skip=set(held))
                 summary.seconds["encode"] = summary.seconds.get("encode", 0.0) + time.perf_counter() - t0
-                t0 = time.perf_counter()
-                self._publish(messages, end)
-                summary.seconds["produce and commit"] = (summary.seconds.get("produce and commit", 0.0)
-                                                         + time.perf_counter() - t0)
-                batch += 1
-                position = end
-                summary.batches += 1
-                summary.end = end
-                summary.changes.update(messages.counts)
-                summary.schema_changes += messages.schema_changes
-                summary.messages += len(messages) + 1
-                say(f"batch {batch}: {name} {range_start}..{result.end}, {sum(messages.counts.values())} changes")
+                position = self._commit(messages, end, summary, t0)
+                say(f"batch {self._batch}: {name} {range_start}..{result.end}, "
+                    f"{sum(messages.counts.values())} changes")
         self.producer.flush(opts.timeout)
+        summary.held = held
         summary.seconds["total"] = time.perf_counter() - started
         return summary
+
+    def _commit(self, messages: Messages, end: dict, summary: PublishSummary, t0: float) -> dict:
+        t0 = time.perf_counter()
+        self._publish(messages, end)
+        summary.seconds["produce and commit"] = summary.seconds.get("produce and commit", 0.0) + \
+            time.perf_counter() - t0
+        self._batch += 1
+        summary.batches += 1
+        summary.end = end
+        summary.changes.update(messages.counts)
+        summary.schema_changes += messages.schema_changes
+        summary.messages += len(messages) + 1
+        return end
+
+    def _catch_up(self, table: str, held: dict, position: dict, files: list[str], resolver, encoder: Encoder,
+                  summary: PublishSummary, say: Callable[[str], None]) -> dict:
+        """A released table's changes from where it was held back up to the committed position, in batches of
+        its own (the offsets record carries how far it got), then the hold is dropped."""
+        only = re.compile("^" + re.escape(table) + "$")
+        for path in files:
+            name = Path(path).name
+            seq = self._keys[name]
+            hold = held[table]
+            if seq < hold["from_seq"] or seq > position["file_seq"]:
+                continue
+            start = hold["from_pos"] if seq == hold["from_seq"] else 4
+            limit = position["pos"] if seq == position["file_seq"] and not position.get("complete") else None
+            if limit is not None and start >= limit:
+                continue
+            ranges = [(a, b if b is not None else limit) for a, b in plan_ranges(path, name, start,
+                                                                                 self.opts.batch_bytes)
+                      if limit is None or a < limit]
+            ranges = [(a, min(b, limit) if limit is not None and b is not None else b) for a, b in ranges]
+            for range_start, stop in ranges:
+                result = decode_range(path, name, seq, range_start, stop, self._batch + 1, resolver, only, None)
+                if result.held:
+                    error = result.held[table]
+                    raise HeldTables(f"--release {table}: still {error['error']} ({error['file']}:{error['pos']}); "
+                                     "nothing of it was published")
+                held[table] = {**hold, "from_file": name, "from_seq": seq, "from_pos": result.end}
+                if result.reached_file_end and stop is None:
+                    held[table] = {**hold, "from_file": name, "from_seq": seq + 1, "from_pos": 4}
+                end = {**position, "batch": self._batch + 1, "held": dict(held)}
+                messages = encoder.encode(result, path, self.partitions_of, catch_up=table)
+                position = self._commit(messages, end, summary, time.perf_counter())
+                say(f"batch {self._batch}: {table} caught up {name} {range_start}..{result.end}")
+        del held[table]
+        position = self._commit(Messages(), {**position, "batch": self._batch + 1, "held": dict(held)}, summary,
+                                time.perf_counter())
+        summary.released.append(table)
+        say(f"released {table}")
+        return position
 
     def _publish(self, messages: Messages, end: dict) -> None:
         wanted = {t: (self.opts.partitions, {}) for t in messages.table_topics}
@@ -713,6 +789,8 @@ def _kafka_text(exc: KafkaException) -> str:
     return err.str() if hasattr(err, "str") else str(exc)
 
 
-def publish(opts: KafkaSinkOptions, progress: Callable[[str], None] | None = None) -> PublishSummary:
-    """Publish `opts.files` from the committed position on (the service function the CLI and DAG call)."""
-    return KafkaPublisher(opts).run(progress)
+def publish(opts: KafkaSinkOptions, progress: Callable[[str], None] | None = None,
+            release: Sequence[str] = ()) -> PublishSummary:
+    """Publish `opts.files` from the committed position on (the service function the CLI and DAG call); tables in
+    `release` that were held back get their changes published first (catch-up), then go on with the others."""
+    return KafkaPublisher(opts).run(progress, release)

@@ -146,6 +146,9 @@ def publish_kafka(config: str, fetched: Any, instance: str | None = None) -> dic
         return {"instance": name, "batches": 0}
     result = run_stage_process(cfg, "kafka", name, lineage, log=log.info)
     log.info("%s: published %s Kafka batch(es), position %s", name, result["batches"], result["end"])
+    for table, hold in sorted((result.get("held") or {}).items()):
+        log.warning("%s: Kafka: %s held back: %s (%s:%s); release it with `binlake publish ... --release %s`",
+                    name, table, hold["error"], hold["file"], hold["pos"], table)
     return {"instance": name, **result}
 
 

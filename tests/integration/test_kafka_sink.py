@@ -501,10 +501,9 @@ def test_redis_cache_example_equals_the_tables(kafka_broker: PrivateKafka, maria
     assert not client.exists(f"{prefix}.{DBS[1]}.logs"), "tables without a key are not cached"
 
 
-def test_publish_errors_are_one_line(kafka_broker: PrivateKafka, mariadb_minimal: PrivateMariaDB,
-                                     workload_binlogs, tmp_path: Path) -> None:
-    """A bad prefix (2), a broker that does not answer (6) and a table no schema describes (5): one line each,
-    naming the option, the broker or the table with file and position; nothing of the refused batch published."""
+def test_publish_errors_are_one_line(kafka_broker: PrivateKafka, workload_binlogs) -> None:
+    """A bad prefix (exit 2) and a broker that does not answer (exit 6): one line each, naming the option or the
+    broker."""
     source, _work = workload_binlogs
     bad = publish_cli(kafka_broker.bootstrap, source, "bad prefix", check=False)
     assert bad.returncode == 2 and "--topic-prefix" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
@@ -514,24 +513,77 @@ def test_publish_errors_are_one_line(kafka_broker: PrivateKafka, mariadb_minimal
     down = publish_cli(dead, source, "k20down", "--kafka-timeout", "3", check=False)
     assert down.returncode == 6 and dead in down.stderr
     assert len([line for line in down.stderr.splitlines() if "binlake" in line]) == 1
-    # MINIMAL row metadata, the CREATE TABLE in an earlier file: nothing names the columns.
-    db = "k20_minimal"
+
+
+def test_a_table_without_schema_is_held_back_alone_and_released(
+        kafka_broker: PrivateKafka, mariadb_minimal: PrivateMariaDB, tmp_path: Path) -> None:
+    """MINIMAL row metadata and a table created before the files: that table is held back alone (exit 3, one line
+    naming it with file and position), the other is published; --release without a schema keeps it held (exit 5,
+    nothing published); with --schemas its changes are published from where it was held, each once."""
+    db = "k20_hold"
+    rng = random.Random(7)
     with mariadb_minimal.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
         cur.execute(f"CREATE DATABASE `{db}`")
-        cur.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
+        cur.execute(f"CREATE TABLE `{db}`.bad (id INT PRIMARY KEY, v VARCHAR(20))")
         mariadb_minimal.flush_logs()
-        cur.execute(f"INSERT INTO `{db}`.t VALUES (1, 2), (2, 3)")
-    last = mariadb_minimal.flush_logs()[-1]
-    only = tmp_path / "minimal"
-    only.mkdir()
-    shutil.copy(last, only / last.name)
-    cmd = [sys.executable, "-m", "binlake.cli", "publish", "--source", f"local:{only}", "--kafka",
-           kafka_broker.bootstrap, "--topic-prefix", "k20held", "--databases", db, "--no-progress"]
-    held = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
-    assert held.returncode == 5, held.stderr
-    assert f"{db}.t" in held.stderr and last.name in held.stderr and len(held.stderr.strip().splitlines()) == 1
-    assert [r for r in read_topics(kafka_broker.bootstrap, "k20held") if not r.topic.endswith("schema-changes")] == []
+        first = len(mariadb_minimal.binlog_files()) - 1
+        cur.execute(f"CREATE TABLE `{db}`.ok (id INT PRIMARY KEY, v INT)")
+        for round_ in range(3):
+            for i in range(40):
+                conn.begin()
+                for table in ("ok", "bad"):
+                    key = rng.randint(1, 25)
+                    value = rng.randint(0, 99) if table == "ok" else f"v{rng.randint(0, 99)}"
+                    if rng.random() < 0.3:
+                        cur.execute(f"DELETE FROM `{db}`.`{table}` WHERE id=%s", (key,))
+                    else:
+                        cur.execute(f"REPLACE INTO `{db}`.`{table}` VALUES (%s, %s)", (key, value))
+                conn.commit()
+                if i == 20 and round_ == 1:
+                    cur.execute(f"UPDATE `{db}`.bad SET id=id+100 WHERE id < 5")
+            mariadb_minimal.flush_logs()
+        files = mariadb_minimal.binlog_files()[first:-1]
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    for f in files:
+        shutil.copy(f, source / f.name)
+    base = [sys.executable, "-m", "binlake.cli", "publish", "--source", f"local:{source}", "--kafka",
+            kafka_broker.bootstrap, "--topic-prefix", "k20hold", "--databases", db, "--no-progress", "--batch-mb",
+            "0.01"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, *extra], capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
+
+    def tables() -> dict:
+        with mariadb_minimal.connect() as conn, conn.cursor() as cur:
+            out = {}
+            for table in ("ok", "bad"):
+                cur.execute(f"SELECT id, v FROM `{db}`.`{table}`")
+                out[f"{db}.{table}"] = {json.dumps({"id": i}): {"id": i, "v": v} for i, v in cur.fetchall()}
+            return out
+
+    held = run()
+    assert held.returncode == 3, held.stderr
+    lines = held.stderr.strip().splitlines()
+    assert len(lines) == 2 and f"{db}.bad: SchemaMissing" in lines[1] and files[0].name in lines[1]
+    state, _counts, _schema = rebuild(read_topics(kafka_broker.bootstrap, "k20hold"), "k20hold")
+    assert state.get(f"{db}.ok") == tables()[f"{db}.ok"] and not state.get(f"{db}.bad")
+    still = run("--release", f"{db}.bad")
+    assert still.returncode == 5 and f"--release {db}.bad" in still.stderr
+    assert len(still.stderr.strip().splitlines()) == 1
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / f"{db}.sql").write_text(f"CREATE TABLE `{db}`.`bad` (id INT PRIMARY KEY, v VARCHAR(20));\n")
+    released = run("--release", f"{db}.bad", "--schemas", str(schemas))
+    assert released.returncode == 0, released.stderr
+    assert f"released {db}.bad" in released.stdout
+    records = read_topics(kafka_broker.bootstrap, "k20hold")
+    state, counts, _schema = rebuild(records, "k20hold")
+    assert {t: state.get(t) for t in tables()} == tables()
+    assert max(change_ids(records, "k20hold").values()) == 1 and counts[(f"{db}.bad", "c")] > 0
+    again = run("--schemas", str(schemas))
+    assert again.returncode == 0 and "nothing new to publish" in again.stdout
 
 
 def test_kafka_stage_from_the_deployment_config(kafka_broker: PrivateKafka, mariadb_full: PrivateMariaDB,
