@@ -654,6 +654,8 @@ def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: 
     batch read and per file. `stager` reads the chunks elsewhere and returns manifests (Spark: spark_stager);
     `executor` reads them whole and returns their rows (kept for callers that ship rows)."""
     engine = engine or get_engine()
+    if "://" not in lake:  # files are written by other threads and processes (Spark workers: another cwd)
+        lake = os.path.abspath(lake)
     layout = LakeLayout(lake, pipeline)
     control = ControlTable(engine, layout)
     for pb in BatchStore(lake, pipeline).unpublished():  # its batch number is not in the control table yet

@@ -167,4 +167,4 @@ def _repeat_text(value: str, n: int) -> pa.Array:
 
 
 def _repeat_int(value: int, n: int, typ: pa.DataType) -> pa.Array:
-    return pa.array(np.full(n, value, dtype=typ.to_pandas_dtype()), typ)
+    return pa.array(np.full(n, value, dtype=np.int32 if typ == pa.int32() else np.int64), typ)

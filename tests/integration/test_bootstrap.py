@@ -155,7 +155,8 @@ def test_cli_bootstrap_watermark(mariadb_servers, tmp_path, capsys) -> None:
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}_wm")
     assert main(["bootstrap", "--mysql", server.uri, "--tables", f"{DB}.acct", "--lake", str(tmp_path / "lake"),
-                 "--method", "watermark", "--watermark-table", f"{DB}_wm.cli_marks", "--chunk-rows", "1000"]) == 0
+                 "--method", "watermark", "--watermark-table", f"{DB}_wm.cli_marks", "--chunk-rows", "1000",
+                 "--readers", "3"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["method"], summary["rows"]) == ("watermark", 3000)
     with server.connect() as conn, conn.cursor() as cur:  # one watermark row per chunk

@@ -1,0 +1,174 @@
+"""Bootstrap speed on a private MariaDB: a 1,000,000-row 12-column table and a wide 40-column one, binlake beside
+`mariadb-dump --single-transaction --quick` of the same table in the same run.
+
+Reported per table and tool: wall seconds, rows/s, MB/s (MB = the size of mariadb-dump's output for that table, the
+same figure for every tool, so MB/s compares like rows/s), CPU seconds and peak RSS of the process that reads,
+and the machine's load average around each run. Each configuration runs in a fresh child process:
+
+- `dump`: mariadb-dump to /dev/null (the server's own read speed, one client core);
+- `binlake-1core`: binlake bootstrap in-process pinned to one core (`taskset -c 0`, --readers 1);
+- `binlake`: in-process, --readers 2, unpinned;
+- `spark-local2`: --spark on local[2] (session start-up reported apart, not in the wall time).
+
+Usage (the machine's other load slows every run; compare figures of one run):
+
+    .venv/bin/python benchmarks/bootstrap.py [--rows 1000000] [--wide-rows 250000] [--repeat 2] [--json OUT]
+        [--no-spark]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+CHILD = r"""
+import json, os, resource, sys, time
+sys.path.insert(0, {root!r})
+mode, uri, table, lake, chunk_rows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+from binlake.lake.bootstrap import run_bootstrap
+import connectorx, deltalake, pyarrow  # one-off imports, outside the timing
+extra, startup = {{}}, 0.0
+if mode == "spark-local2":
+    t = time.perf_counter()
+    from binlake.spark import bootstrap_stager, build_spark_session
+    spark = build_spark_session("bench-bootstrap", master="local[2]")
+    spark.sparkContext.parallelize([0], 1).count()  # executors up
+    extra = {{"stager": bootstrap_stager(spark)}}
+    startup = time.perf_counter() - t
+readers = 1 if mode == "binlake-1core" else 2
+db, name = table.split(".")
+t, c = time.perf_counter(), time.process_time()
+s = run_bootstrap(uri, [(db, name)], lake, chunk_rows=chunk_rows, readers=readers, **extra)
+wall, cpu = time.perf_counter() - t, time.process_time() - c
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(json.dumps({{"rows": s["rows"], "chunks": s["chunks"], "commits": s["commits"], "wall": wall, "cpu": cpu,
+                  "startup": startup, "peak_rss_mb": round(max(rss, children))}}))
+"""
+
+DUMP = r"""
+import resource, subprocess, sys, time
+t = time.perf_counter()
+with open(sys.argv[1], "wb") as out:
+    subprocess.run(sys.argv[2:], stdout=out, check=True)
+wall = time.perf_counter() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(wall, r.ru_utime + r.ru_stime, r.ru_maxrss / 1024)
+"""
+
+
+def make_tables(server, rows: int, wide_rows: int) -> None:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE bench")
+        cur.execute("CREATE TABLE bench.t12 (id BIGINT PRIMARY KEY, a INT, b BIGINT, c DECIMAL(12,2), d DOUBLE, "
+                    "e VARCHAR(32), f VARCHAR(64), g DATETIME(6), h DATE, i TINYINT, j CHAR(8), k TIMESTAMP NULL)")
+        cur.execute(f"INSERT INTO bench.t12 SELECT seq, seq % 100000, seq * 7919, (seq % 1000000) / 100, seq / 7, "
+                    "CONCAT('name-', seq), MD5(seq), '2024-01-01 00:00:00' + INTERVAL seq SECOND, "
+                    "'2020-01-01' + INTERVAL (seq % 2000) DAY, seq % 100, LPAD(seq % 9999, 8, 'x'), "
+                    f"'2024-01-01' + INTERVAL seq MINUTE FROM bench.seq_1_to_{rows}")
+        # 40 columns: integers of every width, decimals, floats, text, dates and times, enum, a blob.
+        kinds = [("INT", "seq % {m}"), ("BIGINT", "seq * {m}"), ("SMALLINT", "seq % 30000"),
+                 ("DECIMAL(14,4)", "seq / {m}"), ("DOUBLE", "seq / {m}.5"), ("VARCHAR(40)", "CONCAT('v', seq * {m})"),
+                 ("DATETIME", "'2023-01-01' + INTERVAL (seq * {m}) SECOND"), ("DATE", "'2001-01-01' + INTERVAL "
+                 "(seq % {m}) DAY"), ("TINYINT UNSIGNED", "seq % 250"), ("ENUM('a','b','c')", "1 + seq % 3")]
+        cols, exprs = [], []
+        for n in range(39):
+            typ, expr = kinds[n % len(kinds)]
+            cols.append(f"w{n} {typ}")
+            exprs.append(expr.format(m=n + 3))
+        cur.execute(f"CREATE TABLE bench.w40 (id BIGINT PRIMARY KEY, {', '.join(cols)})")
+        cur.execute(f"INSERT INTO bench.w40 SELECT seq, {', '.join(exprs)} FROM bench.seq_1_to_{wide_rows}")
+
+
+def port_of(uri: str) -> str:
+    return uri.rsplit(":", 1)[1].strip("/")
+
+
+def run_dump(uri: str, table: str) -> dict:
+    db, name = table.split(".")
+    out = tempfile.mktemp(prefix="binlake-bench-dump-")
+    cmd = ["mariadb-dump", "-h127.0.0.1", f"-P{port_of(uri)}", "-uroot", "--single-transaction", "--quick", db, name]
+    try:
+        done = subprocess.run([sys.executable, "-c", DUMP, out, *cmd], capture_output=True, text=True, check=True)
+        wall, cpu, rss = (float(x) for x in done.stdout.split())
+        return {"wall": wall, "cpu": cpu, "peak_rss_mb": round(rss), "bytes": os.path.getsize(out)}
+    finally:
+        if os.path.exists(out):
+            os.remove(out)
+
+
+def run_binlake(mode: str, uri: str, table: str, chunk_rows: int) -> dict:
+    lake = tempfile.mkdtemp(prefix=f"binlake-bench-{mode}-")
+    try:
+        cmd = [sys.executable, "-c", CHILD.format(root=str(HERE.parent)), mode, uri, table, lake, str(chunk_rows)]
+        if mode == "binlake-1core":
+            cmd = ["taskset", "-c", "0", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            raise SystemExit(f"{mode} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return json.loads(lines[-1])
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--wide-rows", type=int, default=250_000)
+    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=2, help="runs per configuration; the fastest is reported")
+    parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    from binlake.testing.mariadb import PrivateMariaDB
+
+    server = PrivateMariaDB.start("FULL")
+    figures: dict = {"cores": os.cpu_count(), "chunk_rows": args.chunk_rows, "tables": {}}
+    try:
+        t = time.perf_counter()
+        make_tables(server, args.rows, args.wide_rows)
+        figures["table_build_seconds"] = round(time.perf_counter() - t, 1)
+        modes = ["dump", "binlake-1core", "binlake"] + ([] if args.no_spark else ["spark-local2"])
+        for table, rows in (("bench.t12", args.rows), ("bench.w40", args.wide_rows)):
+            out: dict = {"rows": rows}
+            runs: dict = {m: [] for m in modes}
+            for _ in range(max(1, args.repeat)):
+                for mode in modes:  # alternated, so that other load falls on every configuration alike
+                    before = os.getloadavg()[0]
+                    run = run_dump(server.uri, table) if mode == "dump" else run_binlake(mode, server.uri, table,
+                                                                                       args.chunk_rows)
+                    run["load_before"], run["load_after"] = round(before, 1), round(os.getloadavg()[0], 1)
+                    print(f"{table} {mode}: {run['wall']:.2f} s, load {run['load_before']}", file=sys.stderr)
+                    runs[mode].append(run)
+            mb = min(r["bytes"] for r in runs["dump"]) / 1e6
+            for mode in modes:
+                best = min(runs[mode], key=lambda r: r["wall"])
+                best["rows_per_s"] = round(rows / best["wall"])
+                best["mb_per_s"] = round(mb / best["wall"], 1)
+                best["wall"], best["cpu"] = round(best["wall"], 2), round(best["cpu"], 2)
+                out[mode] = best
+            out["dump_mb"] = round(mb, 1)
+            for mode in modes[1:]:
+                out[f"{mode}_over_dump_rows_per_s"] = round(out[mode]["rows_per_s"] / out["dump"]["rows_per_s"], 2)
+            figures["tables"][table] = out
+    finally:
+        server.stop()
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
