@@ -230,6 +230,12 @@ class Landing:
         cut = len(data) - safe
         if cut:
             self._truncate(last.path, safe)
+        elif closed and data[4 + FLAGS_AT] & LOG_EVENT_BINLOG_IN_USE_F:
+            with open(last.path, "r+b") as fh:  # killed between landing the ROTATE/STOP and clearing the flag
+                fh.seek(4 + FLAGS_AT)
+                fh.write(bytes([data[4 + FLAGS_AT] & ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF]))
+                fh.flush()
+                os.fsync(fh.fileno())
         return ResumePoint(last.name, max(safe, 4), closed and cut == 0,
                            {d: v[1] for d, v in sorted(state.items())}, cut)
 
@@ -250,7 +256,8 @@ class Landing:
         if self.name == name and (self.fd is not None or self.size == 4):
             return
         if self.fd is not None:
-            self.finish()
+            self.release()  # the server went on without a ROTATE or STOP (it crashed): the file stays in use, as
+            # the server's own copy does
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / name
         self.name = name
@@ -491,11 +498,10 @@ class Tail:
             if etype == EventType.ROTATE and (flags & ARTIFICIAL or next_pos == 0):
                 name = ev[HEADER_LEN + 8:len(ev) - (4 if self._crc(conn) else 0)].decode("utf-8", "replace")
                 pos = struct.unpack_from("<Q", ev, HEADER_LEN)[0]
-                if landing.name is not None and landing.name != name and not landing.closed:
-                    if start.gtid is not None:
-                        raise _Reposition(f"the GTID dump starts in {name} while {landing.name} is not closed; "
-                                          "resuming by position")
-                    landing.finish()  # the server moved on without a ROTATE (it restarted after a crash)
+                if (landing.name is not None and landing.name != name and not landing.closed
+                        and start.gtid is not None):
+                    raise _Reposition(f"the GTID dump starts in {name} while {landing.name} is not closed; "
+                                      "resuming by position")
                 if self._expect is not None and first_real and name != self._expect[0]:
                     exp_file, _exp_pos = self._expect
                     if not (start.gtid is None and sequence_number(name) > sequence_number(exp_file)):

@@ -374,3 +374,30 @@ def test_gtid_start_lands_the_file_holding_it_whole(server, tmp_path):
     for f in files[1:]:
         assert (landing / f.name).read_bytes() == f.read_bytes(), f.name
     assert f"GTID state {state}" in err
+
+
+def test_server_crash_during_the_tail(server, tmp_path):
+    """kill -9 of the server while a writer runs: the server restarts with a new file and leaves the crashed one
+    flagged in use; the landed files are byte-identical to the server's, flags included."""
+    landing = tmp_path / "landing"
+    _schema(server)
+    stop = threading.Event()
+    tail = Tail(server.uri, landing, heartbeat=0.5, stop=stop.is_set)
+    runner = threading.Thread(target=tail.run, daemon=True)
+    runner.start()
+    try:
+        with Writer(server, seed=3) as writer:
+            writer.wait_commits(40)
+            server.process.kill()
+            server.process.wait()
+            crashed = server.binlog_files()[-1]
+            server.process = subprocess.Popen(server.args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            server._wait(60)
+            writer.wait_commits(40)
+        assert writer.error is None, writer.error
+        files = _wait_identical(server, landing)
+    finally:
+        stop.set()
+        runner.join(30)
+    assert files[-1] != crashed
+    assert crashed.read_bytes()[4 + 17] & 1 == 1  # the server leaves it in use; the landed copy matches (cmp)

@@ -99,3 +99,25 @@ def test_mariadb_gtid_state_checked() -> None:
     for bad in ("0-1", "0-1-5,0-2-6", "a-b-c"):
         with pytest.raises(ValueError, match="--gtid"):
             check_maria_gtid_state(bad)
+
+
+def test_resume_clears_the_flag_of_a_file_closed_before_the_kill(fixture_binlogs: Path, tmp_path: Path) -> None:
+    """A tail killed after landing a file's ROTATE but before clearing its in-use flag: the restart clears it (the
+    server's closed file has it clear) and keeps every byte else."""
+    closed = []
+    for path in _candidates(fixture_binlogs):
+        data = path.read_bytes()
+        events = list(_events(data))
+        if events and events[-1][1] == 4 and events[-1][0] + len(events[-1][3]) == len(data) and not data[21] & 1:
+            closed.append((path, data))
+    if not closed:
+        pytest.skip(f"no closed binlog with GTIDs under {fixture_binlogs}")
+    for i, (path, data) in enumerate(closed):
+        landing = tmp_path / f"c{i}"
+        landing.mkdir()
+        flagged = bytearray(data)
+        flagged[21] |= 1
+        (landing / "bin.000007").write_bytes(bytes(flagged))
+        point = Landing(landing).resume_point()
+        assert point is not None and point.closed and point.pos == len(data), path
+        assert (landing / "bin.000007").read_bytes() == data, path
