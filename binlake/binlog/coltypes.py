@@ -1,11 +1,12 @@
 """The column-type registry: one entry per binlog column type code, holding everything binlake does with a type.
 
-`TYPES[code]` (a `TypeSpec`) says how the TABLE_MAP writes the type's metadata and which metadata a server can
-write, which functions decode its values (the reference decoder of values.py, the column-at-a-time planner of
-columnar.py, the code emitter of rowcodegen.py), its Arrow/Delta type, what its decoded values are (which output
-and SQL rendering follow), and the DDL type names the server logs under this code. Every consumer reads this
-table: rows.py (metadata), the three decoders, output.py, lake/convert.py, schema/binlog_types.py and the test
-binlog writer. To add a type: one entry here plus its tests (docs/architecture.md, "To add a column type").
+`TYPES[code]` (a `TypeSpec`) says how the TABLE_MAP writes the type's metadata (and which metadata a server can
+write, which optional metadata covers it), which functions decode its values (the reference decoder of values.py,
+the column-at-a-time planner of columnar.py, the code emitter of rowcodegen.py), its Arrow/Delta type, what its
+decoded values are (JSON and SQL output follow from that), and the DDL types the server logs under this code with
+their metadata. Every consumer reads this table: rows.py and decoder.py (TABLE_MAP metadata), the three decoders,
+output.py, lake/convert.py, schema/binlog_types.py and schema/guard.py, and the test binlog writer. To add a type:
+one entry here plus its tests (docs/architecture.md, "To add a column type"; tests/unit/test_coltypes.py).
 
 The registry is read when a table map is compiled (`codecs_for`: one `ColumnCodec` per column), never per row.
 
