@@ -599,6 +599,7 @@ class KafkaPublisher:
             "queue.buffering.max.kbytes": 2_097_151,
             "transaction.timeout.ms": 600_000,
             "on_delivery": self._on_delivery,
+            "delivery.report.only.error": True,  # a Python callback per failed record only, not per record
             **_common(self.opts.producer_config),
             **{k: v for k, v in self.opts.producer_config.items() if k not in _CLIENT_KEYS},
         }
