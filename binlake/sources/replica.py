@@ -251,6 +251,18 @@ class ReplicaConnection:
     def events(self) -> Iterator[bytes]:
         """Raw events (header, body and checksum as the server wrote them) until the stream ends."""
         while True:
+            if len(self._buf) - self._off < 4:
+                self._fill(4)
+            buf, off = self._buf, self._off
+            length = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16
+            if 0 < length < MAX_PACKET:  # the common case: one packet, read straight from the buffer
+                if len(buf) - off < 4 + length:
+                    self._fill(4 + length)
+                    buf, off = self._buf, self._off
+                if buf[off + 4] == 0x00:
+                    self._off = off + 4 + length
+                    yield bytes(buf[off + 5:off + 4 + length])
+                    continue
             packet = self._packet()
             if not packet:
                 raise ReplicaLost("empty packet from the server")
