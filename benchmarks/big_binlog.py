@@ -11,7 +11,9 @@ needs to update if fewer rows are live). At 1 GB that makes about
 generator keeps the final state, so a test can compare the lake with it. Seeded: the same arguments write the
 same file.
 
-    .venv/bin/python benchmarks/big_binlog.py --mb 1024 [--mb 100 ...] [--cache-dir DIR]   # prints the paths
+    .venv/bin/python benchmarks/big_binlog.py --mb 1024 [--mb 100 ...] [--files 8] [--cache-dir DIR]   # prints paths
+
+With `files`, the changes go on in the next file (ROTATE, as a server rotates) each time a file reaches its share.
 
 Files land in $BINLAKE_BENCH_CACHE or ~/.cache/binlake-bench (never in the repository), with a JSON sidecar of
 their counts; an existing file with a matching sidecar is reused.
@@ -109,8 +111,15 @@ class _Events:
         return (i, *_tail_values(random.Random(f"tail{j}"), j))
 
 
+def file_names(first: str | os.PathLike, files: int) -> list[Path]:
+    """`first` and the names after it, numbered on as a server rotates (mysql-bin.000001, mysql-bin.000002...)."""
+    first = Path(first)
+    stem, _, number = first.name.rpartition(".")
+    return [first.with_name(f"{stem}.{int(number) + n:0{len(number)}d}") for n in range(files)]
+
+
 def generate(path: str | os.PathLike, size_mb: float, big_tx_rows: int | None = None, seed: int = 16,
-             keep_state: bool = False) -> dict:
+             keep_state: bool = False, files: int = 1) -> dict:
     """Write the binlog; returns its counts ({"rows": {table: {op: n}}, "changes", "transactions", "bytes",
     "big_tx_rows"}) and, with keep_state, the expected current rows of bench.events ("events_rows")."""
     target = int(size_mb * (1 << 20))
@@ -119,6 +128,8 @@ def generate(path: str | os.PathLike, size_mb: float, big_tx_rows: int | None = 
     counts = {"bench.events": {"insert": 0, "update": 0, "delete": 0},
               "bench.accounts": {"insert": 0, "update": 0, "delete": 0}}
     tx_count = big_changes = 0
+    names = file_names(path, files)
+    per_file, done_bytes = target / files, 0
     with BinlogWriter(str(path), server_version="8.0.36-binlake-bench", timestamp=T0) as w:
         w.query("CREATE DATABASE bench", None, T0)
         w.query(EVENTS_SQL, "bench", T0)
@@ -140,11 +151,18 @@ def generate(path: str | os.PathLike, size_mb: float, big_tx_rows: int | None = 
             counts["bench.accounts"]["insert"] += tx.insert(ac_tm, [account_row(a) for a in range(ACCOUNTS)])
         tx_count += 1
         big_done = big == 0
-        while w.position < target:
+        rotated = 0
+        while done_bytes + w.position < target or rotated + 1 < files:  # every file gets transactions
+            full = w.position >= per_file or done_bytes + w.position >= target
+            if full and rotated + 1 < files:  # the next file, as the server rotates
+                rotated += 1
+                done_bytes += w.position
+                w.rotate(names[rotated].name, names[rotated], T0 + tx_count)
             tx_count += 1
             with w.transaction(T0 + tx_count) as tx:
                 live = events.hi - events.lo
-                if not big_done and (w.position >= 0.4 * target or (live >= big and w.position >= 0.3 * target)):
+                at = done_bytes + w.position
+                if not big_done and (at >= 0.4 * target or (live >= big and at >= 0.3 * target)):
                     big_changes = 1  # with the accounts update below
                     if live < big:
                         big_changes += events.insert(tx, big - live, rng.randrange(POOL))
@@ -167,8 +185,9 @@ def generate(path: str | os.PathLike, size_mb: float, big_tx_rows: int | None = 
                 balances[a] += rng.randint(-1000, 1000)
                 counts["bench.accounts"]["update"] += tx.update(ac_tm, [(before, account_row(a))])
         w.stop(T0 + tx_count)
-        size = w.position
+    size = sum(p.stat().st_size for p in names[:rotated + 1])
     out = {"version": VERSION, "size_mb": size_mb, "seed": seed, "bytes": size, "transactions": tx_count,
+           "files": [p.name for p in names[:rotated + 1]],
            "big_tx_rows": big, "big_tx_changes": big_changes, "rows": counts,
            "changes": sum(n for ops in counts.values() for n in ops.values()),
            "events_live": [events.lo, events.hi]}
@@ -178,16 +197,21 @@ def generate(path: str | os.PathLike, size_mb: float, big_tx_rows: int | None = 
     return out
 
 
-def cached(size_mb: float, cache: str | os.PathLike | None = None, seed: int = 16) -> tuple[Path, dict]:
-    """The cached binlog of `size_mb` MB (written when missing or from another layout version) and its counts."""
-    folder = cache_dir(cache) / f"big-{size_mb:g}mb-s{seed}"
+def cached(size_mb: float, cache: str | os.PathLike | None = None, seed: int = 16, files: int = 1
+           ) -> tuple[Path, dict]:
+    """The cached binlog of `size_mb` MB in total (`files` files, one folder; written when missing or from another
+    layout version): the first file's path and the counts."""
+    folder = cache_dir(cache) / (f"big-{size_mb:g}mb-s{seed}" + (f"-{files}files" if files > 1 else ""))
     folder.mkdir(parents=True, exist_ok=True)
     path, meta = folder / "mysql-bin.000001", folder / "counts.json"
     if path.exists() and meta.exists():
         info = json.loads(meta.read_text())
-        if info.get("version") == VERSION and info.get("bytes") == path.stat().st_size:
+        if info.get("version") == VERSION and info.get("bytes") == sum(
+                (folder / n).stat().st_size for n in info.get("files", [path.name]) if (folder / n).exists()):
             return path, info
-    info = generate(path, size_mb, seed=seed)
+    for old in folder.glob("mysql-bin.*"):
+        old.unlink()
+    info = generate(path, size_mb, seed=seed, files=files)
     meta.write_text(json.dumps(info, indent=1))
     return path, info
 
@@ -197,9 +221,10 @@ def main() -> int:
     parser.add_argument("--mb", type=float, action="append", required=True, help="size in MB (repeatable)")
     parser.add_argument("--cache-dir", help="default $BINLAKE_BENCH_CACHE or ~/.cache/binlake-bench")
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--files", type=int, default=1, help="spread each size over this many rotated files")
     args = parser.parse_args()
     for mb in args.mb:
-        path, info = cached(mb, args.cache_dir, args.seed)
+        path, info = cached(mb, args.cache_dir, args.seed, args.files)
         print(json.dumps({"path": str(path), **{k: v for k, v in info.items() if k != "version"}}))
     return 0
 

@@ -28,16 +28,18 @@ def _norm(v):
     return v.isoformat(sep=" ", timespec="milliseconds") if hasattr(v, "isoformat") else v
 
 
-@pytest.mark.parametrize(("seed", "mb", "big"), [(16, 3, 11000), (5, 4, 25000)])
-def test_generated_binlog_decodes_and_ingests(tmp_path, seed, mb, big) -> None:
+@pytest.mark.parametrize(("seed", "mb", "big", "files"), [(16, 3, 11000, 1), (5, 4, 25000, 3)])
+def test_generated_binlog_decodes_and_ingests(tmp_path, seed, mb, big, files) -> None:
     path = tmp_path / "mysql-bin.000001"
-    info = generate(path, mb, big_tx_rows=big, seed=seed, keep_state=True)
-    assert info["bytes"] == path.stat().st_size >= mb << 20
-    stats = subprocess.run([sys.executable, "-m", "binlake.cli", "stats", "--json", str(path)], capture_output=True,
-                           text=True, cwd=ROOT, timeout=300)
+    info = generate(path, mb, big_tx_rows=big, seed=seed, keep_state=True, files=files)
+    paths = [tmp_path / n for n in info["files"]]
+    assert len(paths) == files and sorted(p.name for p in tmp_path.iterdir()) == info["files"]
+    assert info["bytes"] == sum(p.stat().st_size for p in paths) >= mb << 20
+    stats = subprocess.run([sys.executable, "-m", "binlake.cli", "stats", "--json", *map(str, paths)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert stats.returncode == 0, stats.stderr
     report = json.loads(stats.stdout)
-    assert report["files"][0]["end"] == "complete"
+    assert [f["end"] for f in report["files"]] == ["complete"] * files, report["files"]
     want = {t: {op: n for op, n in ops.items() if n} for t, ops in info["rows"].items()}
     assert report["tables"] == want
     assert report["rows"] == info["changes"] > 0
@@ -45,7 +47,7 @@ def test_generated_binlog_decodes_and_ingests(tmp_path, seed, mb, big) -> None:
     assert report["largest_transactions"][0]["rows"] == info["big_tx_changes"] > big
 
     lake = tmp_path / "lake"
-    run_ingest(IngestOptions(lake=str(lake), files=[str(path)], quality=QualityConfig(enabled=False)))
+    run_ingest(IngestOptions(lake=str(lake), files=[str(p) for p in paths], quality=QualityConfig(enabled=False)))
     layout = LakeLayout(str(lake))
     events = get_engine().read(layout.current_path("bench", "events"))
     cols = ["id", "account", "amount", "status", "created", "note"]
