@@ -7,6 +7,12 @@ its process's one-off module imports, which are reported apart (`imports`, and t
 the quality gates' Great Expectations import stays in the run's own split. Usage:
 
     .venv/bin/python benchmarks/ingest.py [--json OUT] [--no-spark]
+
+`--spark` measures Spark at scale instead (issue 16): MB/s and rows/s of in-process, local[1] and local[2] on one
+large generated binlog and on a batch of 8 generated files (benchmarks/big_binlog.py, cached outside the
+repository), gates off, each run in a fresh process, with the machine's load average beside each figure:
+
+    .venv/bin/python benchmarks/ingest.py --spark [--one-mb 500] [--batch-mb 500] [--json OUT]
 """
 
 from __future__ import annotations
@@ -95,13 +101,93 @@ def gate_figures(run: dict) -> dict:
             "ingest_seconds_without_gates": round(run["first"] - before - after - library, 2)}
 
 
+SCALE_CHILD = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+from binlake.lake.ingest import IngestOptions
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
+mode, split_mb, lake, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+kwargs = {{}}
+if mode != "in-process":
+    from binlake.spark import build_spark_session, spark_executor
+    spark = build_spark_session("bench", master=mode)
+    kwargs["executor"] = spark_executor(spark)
+opts = IngestOptions(lake=lake, files=files, split_bytes=split_mb << 20, quality=QualityConfig(enabled=False))
+t = time.perf_counter()
+s = run_ingest(opts, **kwargs)
+print(json.dumps({{"rows": sum(s.rows.values()), "seconds": time.perf_counter() - t, "split": s.seconds}}))
+"""
+
+
+def scale_run(mode: str, files: list[str], split_mb: int) -> dict:
+    """One ingest of `files` (gates off) in a fresh process: in-process or on Spark with master `mode`."""
+    lake = tempfile.mkdtemp(prefix="binlake-bench-scale-")
+    try:
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        load = os.getloadavg()[0]
+        done = subprocess.run([sys.executable, "-c", SCALE_CHILD.format(root=str(HERE.parent)), mode, str(split_mb),
+                               lake, *files], capture_output=True, text=True, env=env)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-3:]
+            return {"mode": mode, "failed": done.returncode, "error": " | ".join(tail)[-600:], "load": round(load, 1)}
+        run = json.loads(lines[-1])
+        size = sum(os.path.getsize(f) for f in files)
+        run.update(mode=mode, mb=round(size / (1 << 20), 1), mb_per_s=round(size / (1 << 20) / run["seconds"], 2),
+                   rows_per_s=round(run["rows"] / run["seconds"]), load=round(load, 1))
+        return run
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+
+
+def spark_scale(args: argparse.Namespace) -> int:
+    """`--spark`: in-process, local[1] and local[2] on one large generated file and on a batch of 8 files (gates
+    off, the command line's default 64 MB decode ranges), alternated per input, each in a fresh process."""
+    from benchmarks.big_binlog import cached
+
+    one, _ = cached(args.one_mb, args.cache_dir)
+    batch_first, info = cached(args.batch_mb, args.cache_dir, files=8)
+    inputs = {f"one file ({args.one_mb:g} MB)": [str(one)],
+              f"8 files ({args.batch_mb:g} MB)": [str(batch_first.parent / n) for n in info["files"]]}
+    figures = {"cpus": os.cpu_count(), "split_mb": args.split_mb, "runs": []}
+    for name, files in inputs.items():
+        for mode in ("in-process", "local[1]", "local[2]"):
+            run = scale_run(mode, files, args.split_mb)
+            run["input"] = name
+            print(json.dumps(run, default=str), flush=True)
+            figures["runs"].append(run)
+    print("\n| input | run | seconds | MB/s | rows/s | x in-process | load (1 min) |\n|---|---|---|---|---|---|---|")
+    for name in inputs:
+        runs = [r for r in figures["runs"] if r["input"] == name]
+        base = next((r["seconds"] for r in runs if r["mode"] == "in-process" and "seconds" in r), None)
+        for r in runs:
+            if "seconds" not in r:
+                print(f"| {name} | {r['mode']} | failed ({r['failed']}): {r['error'][:120]} | | | | {r['load']} |")
+                continue
+            ratio = f"{r['seconds'] / base:.2f}" if base else ""
+            print(f"| {name} | {r['mode']} | {r['seconds']:.1f} | {r['mb_per_s']} | {r['rows_per_s']:,} | {ratio} | "
+                  f"{r['load']} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--spark", action="store_true", help="instead: in-process against Spark local[1] and "
+                        "local[2] on one large generated binlog and on a batch of 8 (benchmarks/big_binlog.py)")
+    parser.add_argument("--one-mb", type=float, default=500, help="--spark: size of the one large file")
+    parser.add_argument("--batch-mb", type=float, default=500, help="--spark: total size of the 8 files")
+    parser.add_argument("--split-mb", type=int, default=64, help="--spark: decode range size (the CLI default)")
+    parser.add_argument("--cache-dir", help="--spark: where the generated binlogs are kept")
     parser.add_argument("--repeat", type=int, default=3, help="decode-only and in-process ingest runs, "
                         "alternated; the best of each is reported (other work on the machine only slows runs down)")
     args = parser.parse_args()
+    if args.spark:
+        return spark_scale(args)
     from benchmarks.decode import cached_binlog
 
     files = [str(f) for f in cached_binlog(500_000, False)]

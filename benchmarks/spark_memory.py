@@ -76,19 +76,34 @@ def tree_rss(root: int) -> dict[str, int]:
 
 
 class Sampler(threading.Thread):
-    def __init__(self, pid: int, every: float = 0.2) -> None:
+    """Samples the tree's memory; also follows the run's output, so that each part's peak is reported with the
+    last output line before it (which step of the ingest it happened in)."""
+
+    def __init__(self, pid: int, log: Path, every: float = 0.2) -> None:
         super().__init__(daemon=True)
-        self.pid, self.every = pid, every
+        self.pid, self.log, self.every = pid, log, every
         self.peak = {"total": 0, "driver_python": 0, "jvm": 0, "workers": 0}
+        self.peak_during = dict.fromkeys(self.peak, "")
         self.samples = 0
         self.done = threading.Event()
 
     def run(self) -> None:
+        last, offset = "(start)", 0
         while not self.done.is_set():
             now = tree_rss(self.pid)
+            try:
+                with open(self.log, "rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+                offset += len(chunk)
+                lines = [ln for ln in chunk.decode(errors="replace").splitlines() if ln.startswith("[")]
+                last = lines[-1][:160] if lines else last
+            except OSError:
+                pass
             self.samples += 1
             for k, v in now.items():
-                self.peak[k] = max(self.peak[k], v)
+                if v > self.peak[k]:
+                    self.peak[k], self.peak_during[k] = v, last
             self.done.wait(self.every)
 
 
@@ -107,7 +122,7 @@ def measure(binlog: Path, master: str | None, gates: bool) -> dict:
         started = time.perf_counter()
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=HERE.parent)
-            sampler = Sampler(proc.pid)
+            sampler = Sampler(proc.pid, log)
             sampler.start()
             code = proc.wait()
             sampler.done.set()
@@ -117,6 +132,7 @@ def measure(binlog: Path, master: str | None, gates: bool) -> dict:
         return {"file": str(binlog), "mb": round(binlog.stat().st_size / (1 << 20), 1), "exit": code,
                 "seconds": round(seconds, 1), "samples": sampler.samples,
                 "peak_mb": {k: round(v / (1 << 20)) for k, v in sampler.peak.items()},
+                "peak_during": sampler.peak_during,
                 "output_tail": text.strip().splitlines()[-6:] if text.strip() else []}
     finally:
         shutil.rmtree(lake, ignore_errors=True)

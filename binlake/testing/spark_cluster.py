@@ -49,7 +49,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get_json(url: str, timeout: float = 10.0) -> Any:
+def get_json(url: str, timeout: float = 300.0) -> Any:
+    """GET a JSON document. The generous timeout is for the history server, which replays an application's event
+    log on the first request for it (minutes on a busy machine)."""
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read().decode())
 
@@ -157,7 +159,8 @@ class SparkStandalone:
             cluster._launch("master", ["org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
                                        "--port", str(cluster.master_port), "--webui-port", str(cluster.master_ui_port)],
                             SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
-            cluster._wait("the master", lambda: get_json(f"{cluster.master_ui}/json/")["status"] == "ALIVE", timeout)
+            cluster._wait("the master", lambda: get_json(f"{cluster.master_ui}/json/", 10)["status"] == "ALIVE",
+                          timeout)
             for n in range(workers):
                 port = free_port()
                 work = base_dir / f"worker{n}"
@@ -172,7 +175,7 @@ class SparkStandalone:
                 opts = (f"-Dspark.history.fs.logDirectory={cluster.event_log_url} "
                         f"-Dspark.history.ui.port={cluster.history_port} -Dspark.history.fs.update.interval=1s")
                 cluster._launch("history", ["org.apache.spark.deploy.history.HistoryServer"], SPARK_HISTORY_OPTS=opts)
-                cluster._wait("the history server", lambda: get_json(f"{cluster.history_ui}/api/v1/applications")
+                cluster._wait("the history server", lambda: get_json(f"{cluster.history_ui}/api/v1/applications", 10)
                               is not None, timeout)
         except BaseException:
             cluster.stop()
@@ -198,7 +201,7 @@ class SparkStandalone:
     # -- what the cluster reports ----------------------------------------------------------------------------
 
     def alive_workers(self) -> list[dict]:
-        return [w for w in get_json(f"{self.master_ui}/json/")["workers"] if w.get("state") == "ALIVE"]
+        return [w for w in get_json(f"{self.master_ui}/json/", 10)["workers"] if w.get("state") == "ALIVE"]
 
     def worker_executors(self, app_id: str) -> dict[str, list[str]]:
         """Per worker (its web UI address), the ids of the executors it ran (or runs) for an application."""
