@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -247,8 +248,6 @@ def cmd_schema_snapshot(args: argparse.Namespace) -> int:
 def _ingest_options(args: argparse.Namespace):
     """IngestOptions from `binlake ingest` arguments (binlake.orchestration.stages.ingest_options: from the
     deployment config)."""
-    import re
-
     from .lake.ingest import IngestOptions
     from .sources.fetch import ingest_inputs
 
@@ -319,8 +318,6 @@ def cmd_tail(args: argparse.Namespace) -> int:
         start_file, _, pos = args.start_from.partition(":")
         if not start_file or (pos and not pos.isdigit()):
             raise UsageError(f"--from takes FILE or FILE:POS, not {args.start_from!r}")
-    import signal
-
     stopping: list[int] = []
 
     def on_signal(signum, _frame) -> None:

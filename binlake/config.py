@@ -315,7 +315,7 @@ def load_config(path: str | os.PathLike | None = None) -> DeploymentConfig:
         raise ConfigError(f"{chosen}: cannot read the deployment config ({exc.strerror})") from exc
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
+            import yaml  # PyYAML: only for YAML configs (it comes with Airflow; TOML needs nothing)
 
             raw = yaml.safe_load(text)
         else:

@@ -16,6 +16,7 @@ from .exitcodes import UnavailableError, UsageError
 from .lake.ingest import IngestOptions
 from .lake.query import lake_tables, run_query, trace
 from .quality.stages import run_ingest
+from .terminal import print_report
 from .testing.mariadb import PrivateMariaDB, ServerError, find_server_binary
 from .testing.workload import run_all_types_workload
 
@@ -80,7 +81,7 @@ def run_demo(workdir: str | Path) -> int:
     print(f"[demo] binlake ingest --source local:{binlogs} --lake {lake}")
     summary = run_ingest(IngestOptions(lake=str(lake), files=[str(f) for f in files]),
                          progress=lambda msg: print(f"[ingest] {msg}"))
-    print(summary.text())
+    print_report(summary.text(), summary.rich)
     print("\n[demo] table counts:")
     counts = run_query(str(lake), " UNION ALL ".join(f"SELECT '{name}' AS t, count(*) AS n FROM {name}"
                                                      for name in sorted(lake_tables(str(lake)))) + " ORDER BY t")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from rich.progress import BarColumn, Progress, ProgressColumn, Task
@@ -175,8 +176,6 @@ class FilePositions:
     Positions past a file's size (a gzip file's uncompressed offsets) count as the whole file."""
 
     def __init__(self, paths: list, bar: ProgressBar) -> None:
-        from pathlib import Path
-
         self.names = [Path(p).name for p in paths]
         sizes = [Path(p).stat().st_size if Path(p).is_file() else 0 for p in paths]  # the reader reports missing
         self.sizes = sizes

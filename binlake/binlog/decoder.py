@@ -7,6 +7,7 @@ resolved per transaction and per file, never across a FORMAT_DESCRIPTION or a ro
 from __future__ import annotations
 
 import gc
+import io
 import re
 import struct
 from collections import Counter
@@ -14,6 +15,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
+
+import zstandard
 
 from .coltypes import TYPES
 from .columnar import ColumnarPairs, convert_pending, pending_key
@@ -728,14 +731,8 @@ class _FileState:
         p = parse_transaction_payload(buf, body, end)
         data = bytes(buf[p.data_start : p.data_end])
         if p.compression == 0:
-            try:
-                import zstandard
-            except ImportError:  # pragma: no cover - zstandard is a dependency
-                raise UnsupportedFeature("zstandard is not installed", self.name, ev.pos) from None
             reader = zstandard.ZstdDecompressor().stream_reader(data)
         elif p.compression == 255:
-            import io
-
             reader = io.BytesIO(data)
         else:
             raise UnsupportedFeature(f"TRANSACTION_PAYLOAD compression type {p.compression}", self.name, ev.pos)

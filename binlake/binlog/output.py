@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import struct
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any, TextIO
@@ -133,8 +135,6 @@ class _JsonlEncoder:
     """json.dumps for records, with RawJson values spliced in verbatim (through unique placeholders)."""
 
     def __init__(self) -> None:
-        import uuid  # here, not at module level: `binlake stats` imports this module and never needs it
-
         self.token = "\ue000" + uuid.uuid4().hex
         self.raw: list[str] = []
         self.encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=self._default)
@@ -465,7 +465,6 @@ def write_sql(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
 def write_rollback(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
     """Statements undoing the changes, newest first. Spooled to a temp file so memory stays flat."""
     offsets: list[int] = []
-    import tempfile
 
     with tempfile.TemporaryFile("w+b") as spool:
         for r in records:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -509,7 +510,6 @@ def maria_uncompressed(raw: bytes) -> bytes:
     if not 1 <= nlen <= 4 or len(raw) < 1 + nlen:
         raise ValueError_(f"COMPRESSED value header {head:#x} is not one MariaDB writes")
     size = int.from_bytes(raw[1 : 1 + nlen], "big")
-    import zlib
 
     try:
         out = zlib.decompressobj(-15).decompress(bytes(raw[1 + nlen :]), size + 1)

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
@@ -150,7 +151,6 @@ def _careful(values: Sequence[Any], col: Column, typ: pa.DataType, where: str, s
         for v in vals:
             if type(v) is JsonPatch:
                 stats[f"json_patch:{where}"] += 1
-                import json
 
                 v = json.dumps({"json_diff": v.as_list()})
             elif isinstance(v, (bytes, bytearray)):

@@ -32,6 +32,7 @@ class Untranslatable(ValueError):
 def compile_expression(sql: str, target: pa.DataType) -> Compute:
     """A function computing the expression over a record batch (columns by name, case-insensitive), cast to
     `target`. Raises Untranslatable."""
+    # sqlglot takes about half a second to import: only tables with generated columns need it.
     import sqlglot
     from sqlglot import exp
 

@@ -21,9 +21,11 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from ..schema.lifecycle import lifecycle_of
 from .current import SEQ_FILE_SHIFT, newest_seq
@@ -309,9 +311,6 @@ def plan_batch(engine: DeltaEngine, layout, batch: int, ddl: list[dict], spans: 
 
 def current_tables(engine: DeltaEngine, layout, database: str) -> list[str]:
     """db.table of every current table the lake holds in `database` (history tables aside)."""
-    from urllib.parse import unquote
-
-    import pyarrow.fs as pafs
 
     fs, root = lake_fs(layout.root)
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError
 
 from .engines import get_engine
 from .layout import LakeLayout, path_part
@@ -59,7 +61,6 @@ def _catalog(root: Path) -> list[dict]:
     path = root / "_binlake" / "catalog"
     if not (path / "_delta_log").exists():
         return []
-    from deltalake import DeltaTable
 
     return pa.table(DeltaTable(str(path)).scan()).to_pylist()
 
@@ -71,9 +72,6 @@ def run_query(lake: str, sql: str, dropped: bool = False) -> pa.Table:
     rewritten on the parse tree; only the tables it names are registered. Raises QueryRefused for refused or
     failing SQL and for a lake that is not there. `dropped` also names dropped and renamed-away tables and every
     history generation of a re-used name (see lake_tables)."""
-    from deltalake import DeltaTable, QueryBuilder
-    from deltalake.exceptions import DeltaError
-
     if "://" not in lake and not Path(lake).is_dir():
         raise QueryRefused(f"--lake {lake}: no such lake directory")
     text, registrations = rewrite_query(sql, lake_tables(lake, dropped, catalog=True))

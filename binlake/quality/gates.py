@@ -17,10 +17,14 @@ After merge, per table with a primary key:
   count_reconciles       rows now = rows before + net inserts - net deletes of the batch (by the merge rule)
   columns_match          columns and types equal the schema version the table mirrors (the registry's)
   freshness              newest `_commit_ts` within `max_lag_seconds` of the batch end (when configured)
+
+Great Expectations, pandas and sqlglot (seconds to import together) are imported inside the checks that use them:
+every `binlake ingest` imports this module, and a run with the gates off never loads them.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -228,8 +232,6 @@ def _tally_checks(name: str, history: pa.Table, tally: dict, config: QualityConf
 
 def _dml_targets(query: str, database: str | None) -> set[tuple[str, str]] | None:
     """The tables a statement-based DML writes, when sqlglot can tell for sure; None when it cannot."""
-    import logging
-
     import sqlglot
     from sqlglot import exp
 

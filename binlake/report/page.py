@@ -46,6 +46,7 @@ Promise.all(Object.entries(specs).map(([id, spec]) =>
 @functools.cache
 def chart_script() -> str:
     """vega-embed with Vega and Vega-Lite (the version altair writes) and DRAW, bundled into one module script."""
+    # altair takes over a second to import: only a report page needs it, not the commands that import this module.
     import altair as alt
     import vl_convert
 

@@ -766,6 +766,7 @@ class _Statement:
 
 def select_output_names(sql: str) -> list[str] | None:
     """Output column names of a SELECT (sqlglot parses it); None when one is not a plain named column/alias."""
+    # sqlglot takes about half a second to import: only a statement holding a SELECT needs it.
     import sqlglot
     from sqlglot import exp
 

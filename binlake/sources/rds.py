@@ -19,6 +19,11 @@ from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
+from alibabacloud_rds20140815 import models
+from alibabacloud_rds20140815.client import Client
+from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
+from alibabacloud_tea_openapi.models import Config
+
 from .base import SourceConfigError, SourceError, SourceFile, safe_file_name
 from .checksum import Crc64
 from .http import RangeReader, RetryPolicy
@@ -85,8 +90,6 @@ class RdsSource:
             protocol, _, endpoint = endpoint.partition("://")
         if protocol not in ("http", "https") or not _ENDPOINT.match(endpoint):
             raise SourceConfigError(f"rds source: endpoint {endpoint!r} is not HOST[:PORT] or http(s)://HOST[:PORT]")
-        from alibabacloud_rds20140815.client import Client
-        from alibabacloud_tea_openapi.models import Config
 
         self.endpoint = endpoint
         self._client = Client(Config(access_key_id=key_id, access_key_secret=secret, endpoint=endpoint,
@@ -98,9 +101,6 @@ class RdsSource:
     # -- listing ----------------------------------------------------------------------------------------------
 
     def _page(self, start: datetime, end: datetime, number: int) -> dict:
-        from alibabacloud_rds20140815 import models
-        from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
-
         request = models.DescribeBinlogFilesRequest(
             dbinstance_id=self.instance, start_time=_iso(start), end_time=_iso(end), page_size=self.page_size,
             page_number=number)

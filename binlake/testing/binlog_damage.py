@@ -20,14 +20,18 @@ Used by tests/unit/test_decoder_damage.py (a few thousand cases) and scripts/fuz
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
 import random
+import resource
 import signal
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
 
 from binlake.binlog.constants import HEADER_LEN, LOG_EVENT_BINLOG_IN_USE_F, EventType
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions
@@ -206,8 +210,6 @@ _CORPUS: dict[str, Intact] = {}
 
 
 def _init_worker(corpus: dict[str, Intact], mem_bytes: int) -> None:
-    import resource
-
     _CORPUS.clear()
     _CORPUS.update(corpus)
     if mem_bytes:
@@ -279,7 +281,6 @@ def run_mutants(corpus: Iterable[Intact], cases_per_source: int, seed: int = 0, 
             for k in range(0, len(half), batch):
                 tasks.append((name, half[k : k + batch], fix_crc))
     report = Report()
-    import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
@@ -295,8 +296,6 @@ def run_mutants(corpus: Iterable[Intact], cases_per_source: int, seed: int = 0, 
 
 def fixture_corpus(root: os.PathLike, max_bytes: int = 200_000) -> list[Intact]:
     """Every fixture binlog under `root` that decodes cleanly and is at most `max_bytes` long."""
-    from pathlib import Path
-
     out = []
     for path in sorted(Path(root).rglob("*")):
         if not path.is_file() or path.suffix in (".md", ".json", ".gz") or "plaintext" in path.name:
@@ -327,8 +326,6 @@ def _one(data: bytes, name: str, timeout: float) -> tuple[str, int, str]:
 def bounded_outcome(data: bytes, name: str = "damaged.bin", timeout: float = 60.0, mem_bytes: int = 1 << 30
                     ) -> tuple[str, int, str]:
     """decode_outcome of one file in a fresh worker process under the time and address-space limits."""
-    import multiprocessing
-
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker, initargs=({}, mem_bytes)) as pool:
         try:
@@ -353,8 +350,6 @@ def writer_corpus(seed: int = 0) -> list[Intact]:
         if sql.startswith("bigint"):
             return rng.randint(0, 2**63)
         if sql.startswith("decimal"):
-            from decimal import Decimal
-
             return Decimal(f"{rng.randint(-99999, 99999)}.{rng.randint(0, 999):03d}")
         if sql in ("double", "float"):
             return rng.choice([0.5, -1.25, 3.0])

@@ -12,6 +12,7 @@ Faults for tests (`inject`): drop the connection after N body bytes of a GET, se
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import os
@@ -20,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import formatdate
+from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qsl, quote, unquote
 from xml.sax.saxutils import escape
@@ -268,8 +269,6 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 raise OssError(400, "InvalidArgument", f"x-oss-date {stamp!r} is not yyyymmddTHHMMSSZ") from None
         else:
-            from email.utils import parsedate_to_datetime
-
             try:
                 when = parsedate_to_datetime(self.lower_headers.get("date", "")).timestamp()
             except (TypeError, ValueError):
@@ -503,8 +502,6 @@ def _list(oss: OssServer, bucket: str, prefix: str, delimiter: str, max_keys: in
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m binlake.testing.oss_server`: serve until interrupted (the compose stack's `oss` service)."""
-    import argparse
-
     p = argparse.ArgumentParser(description="OSS-compatible object server for trying binlake (in memory)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8091)

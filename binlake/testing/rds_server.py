@@ -19,6 +19,7 @@ header) unless a public host is configured, so they work from other containers w
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import hmac
 import io
@@ -577,8 +578,6 @@ class _Handler(BaseHTTPRequestHandler):
 def main(argv: list[str] | None = None) -> int:
     """`python -m binlake.testing.rds_server`: serve a directory's binlogs until SIGTERM/SIGINT (the compose stack's
     `rds` service)."""
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m binlake.testing.rds_server",
                                 description="RDS OpenAPI server for trying binlake: DescribeBinlogFiles and signed "
                                             "download links over the binlog files of a directory")

@@ -18,6 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction
 
 from ..staging import entry_pieces, entry_reader, unified_schema
 from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
@@ -41,17 +44,12 @@ class DeltaRsEngine:
     name = "delta-rs"
 
     def __init__(self, storage_options: dict[str, str] | None = None, max_attempts: int = 6) -> None:
-        import deltalake  # noqa: F401  (fail at construction, not at the first commit)
-
         self.storage_options = dict(storage_options) if storage_options else None
         self.max_attempts = max_attempts
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _dt(self, path: str, version: int | None = None):
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         try:
             return DeltaTable(str(path), version=version, storage_options=self.storage_options)
         except TableNotFoundError as exc:
@@ -60,15 +58,11 @@ class DeltaRsEngine:
 
     @staticmethod
     def _props(meta: dict[str, Any]):
-        from deltalake import CommitProperties, Transaction
-
         txns = [Transaction(app_id=t["appId"], version=t["version"]) for t in meta["txns"]]
         return CommitProperties(app_transactions=txns, custom_metadata={META_KEY: meta})
 
     def _retry(self, attempt: Callable[[], T]) -> T:
         """Rerun a whole read-check-commit attempt when delta-rs reports a commit conflict."""
-        from deltalake.exceptions import CommitFailedError
-
         for n in range(self.max_attempts):
             try:
                 return attempt()
@@ -92,8 +86,6 @@ class DeltaRsEngine:
     # -- reads ------------------------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
-        from deltalake import DeltaTable
-
         return DeltaTable.is_deltatable(str(path), self.storage_options)
 
     def version(self, path: str) -> int | None:
@@ -129,9 +121,6 @@ class DeltaRsEngine:
     # -- writes -----------------------------------------------------------------------------------------------
 
     def create_empty(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import CommitFailedError, DeltaError
-
         if self.exists(path):
             return
         try:
@@ -143,8 +132,6 @@ class DeltaRsEngine:
 
     def append(self, path: str, data: pa.Table, app_id: str, batch: int,
                partition_by: list[str] | None = None) -> bool:
-        from deltalake import write_deltalake
-
         check_batch(app_id, batch)
         meta = commit_meta("append", [(app_id, batch)])
 
@@ -165,8 +152,6 @@ class DeltaRsEngine:
         """Commit Parquet files already written in the table folder (binlake.lake.datafiles manifests) as one
         append carrying (app_id, batch); skipped (False) when that batch is committed. `schema` is the files'
         schema with the partition columns; the table must have exactly that schema (else: use append)."""
-        from deltalake.transaction import AddAction
-
         check_batch(app_id, batch)
         meta = commit_meta("append", [(app_id, batch)])
         actions = [AddAction(f["path"], f["size"], f["partition_values"], f["modification_time"], True, f["stats"])
@@ -189,8 +174,6 @@ class DeltaRsEngine:
                       partition_by: list[str] | None = None) -> bool:
         """Append a batch entry's staged history pieces (binlake.lake.staging) in one commit, streamed: the rows
         go from the Parquet pieces to the table without being held in memory together."""
-        from deltalake import write_deltalake
-
         check_batch(app_id, batch)
         if not entry_pieces(info):
             return False
@@ -237,15 +220,11 @@ class DeltaRsEngine:
         return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
 
     def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
-        from deltalake import write_deltalake
-
         write_deltalake(self._dt(path), schema.empty_table(), mode="overwrite", schema_mode="overwrite",
                         commit_properties=self._props(commit_meta("reset", [(app_id, batch)])))
 
     def truncate(self, path: str, app_id: str, batch: int) -> bool:
         """Remove every row (schema, tombstones and txn versions stay) in one commit carrying (app_id, batch)."""
-        from deltalake import write_deltalake
-
         check_batch(app_id, batch)
         meta = commit_meta("truncate", [(app_id, batch)])
 
@@ -268,8 +247,6 @@ class DeltaRsEngine:
                         meta: dict[str, Any], like: str | None = None, like_version: int | None = None) -> bool:
         """Overwrite `dst` with `src` at `version` (None: with no rows, dst's columns typed as `like`'s at
         `like_version`); see tombstones.CopyBackend."""
-        from deltalake import write_deltalake
-
         source = self._dt(src, version) if src is not None else None
         if source is not None:
             schema = self._arrow_schema(source)
@@ -302,8 +279,6 @@ class DeltaRsEngine:
     def set_properties(self, path: str, props: dict[str, str]) -> bool:
         """Set table properties (binlake's own `binlake.*` keys included) in a metadata-only commit, unless they
         already hold these values. Returns whether it committed."""
-        from deltalake import CommitProperties
-
         dt = self._dt(path)
         have = dt.metadata().configuration
         if all(have.get(k) == v for k, v in props.items()):
@@ -317,8 +292,6 @@ class DeltaRsEngine:
 
     def _rewrite(self, path: str, changes: list[ColumnChange], app_id: str, batch: int) -> bool:
         """Overwrite the table with itself, changed, in one commit; streams batch by batch."""
-        from deltalake import write_deltalake
-
         dt = self._dt(path)
         if is_committed(dt.transaction_version(app_id), batch):
             return False
