@@ -749,6 +749,10 @@ class KafkaPublisher:
                         break
                     except BufferError:  # the local queue is full: let librdkafka send some
                         producer.poll(0.05)
+                    except KafkaException as exc:  # refused before sending (e.g. larger than message.max.bytes)
+                        key = keys[i][:200] if keys[i] else "null"
+                        raise PublishError(f"Kafka topic {topics[i]} key {key}: {_kafka_text(exc)}; the batch ending "
+                                           f"at {end['file']}:{end['pos']} was not published") from None
             producer.produce(self.offsets_topic, _compact(end), _compact({"publisher": self.opts.name}), 0)
             producer.flush(self.opts.timeout)
             if self._delivery_error:

@@ -611,3 +611,15 @@ def test_kafka_stage_from_the_deployment_config(kafka_broker: PrivateKafka, mari
     expected = {t: rows for t, rows in server_tables(mariadb_full).items() if t.startswith(DBS[0] + ".")}
     assert project(state, expected) == expected and not any(t.startswith(DBS[1]) for t in state)
     assert run_stage(cfg, "kafka", "shop", "default")["batches"] == 0
+
+
+def test_a_refused_record_publishes_nothing_of_its_batch(kafka_broker: PrivateKafka, workload_binlogs) -> None:
+    """A record the client refuses (larger than message.max.bytes): exit 6, one line naming the topic and key;
+    nothing of the batch (and nothing after it) is committed."""
+    source, _work = workload_binlogs
+    done = publish_cli(kafka_broker.bootstrap, source, "k20big", "--kafka-config", "message.max.bytes=1000",
+                       check=False)
+    assert done.returncode == 6, done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Kafka topic k20big." in line and "was not published" in line
+    assert read_topics(kafka_broker.bootstrap, "k20big", include_offsets=True) == []
