@@ -5,6 +5,7 @@ their own per-type chains."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import random
 import struct
 from pathlib import Path
@@ -16,6 +17,7 @@ from binlake.binlog import coltypes
 from binlake.binlog.coltypes import LOGICAL, TYPES, Meta, codecs_for, column_decoder, plan_column
 from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.fde import default_format_description
+from binlake.binlog.output import image_to_dict
 from binlake.binlog.rowcodegen import compile_image_decoder
 from binlake.binlog.rows import parse_table_map
 from binlake.binlog.tablemap import Column, TableMap
@@ -196,3 +198,27 @@ def test_ddl_spelling_parses_and_maps_back_to_the_entry(name: str) -> None:
     assert tm.columns[0].type == shape.type
     assert isinstance(arrow_type(tm.columns[0]), pa.DataType)
     column_decoder(tm.columns[0])
+
+
+def test_consumers_follow_a_changed_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changing one entry changes what every consumer does with the type: proof that they read the registry."""
+    year = Column(0, T.YEAR, 0, name="y")
+    table = TableMap(1, "db", "t", [year])
+    assert str(arrow_type(year)) == "int16" and column_decoder(year)(b"\x7b", 0) == (2023, 1)
+    patched = dataclasses.replace(TYPES[T.YEAR], arrow=lambda col: "int32", value=coltypes.INT,
+                                  reference=lambda col: lambda buf, off: (buf[off], off + 1),
+                                  columnar=lambda codec, bit: plan_column(Column(0, T.TINY, signed=False), bit),
+                                  rowgen=TYPES[T.TINY].rowgen, merge_fix=None)
+    monkeypatch.setitem(TYPES, T.YEAR, patched)
+    assert str(arrow_type(year)) == "int32"  # lake/convert.py
+    assert column_decoder(year)(b"\x7b", 0) == (123, 1)  # the reference decoder
+    assert plan_column(year, 1).vec([[123]]) == [123]  # the columnar planner
+    row = compile_image_decoder(table, 1, codecs=codecs_for(table))(b"\x00\x7b", 0)[0]
+    assert row == [123]  # the generated decoder
+    float_col = Column(0, T.FLOAT, 4, name="f")
+    assert image_to_dict(TableMap(1, "db", "t", [float_col]), [0.1 + 2**-30])["f"] == 0.1  # FLOAT: float32 text
+    monkeypatch.setitem(TYPES, T.FLOAT, dataclasses.replace(TYPES[T.FLOAT], value=coltypes.FLOAT64))
+    assert image_to_dict(TableMap(1, "db", "t", [float_col]), [0.1 + 2**-30])["f"] == 0.1 + 2**-30  # output.py
+    cdef = parse_create_table("CREATE TABLE t (y YEAR)", "db").columns[0]
+    monkeypatch.setitem(TYPES, T.YEAR, dataclasses.replace(patched, ddl_meta=lambda c, size: 7))
+    assert binlog_shape(cdef).meta == 7  # schema/binlog_types.py
