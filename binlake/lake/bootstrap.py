@@ -25,18 +25,14 @@ from __future__ import annotations
 import io
 import os
 import queue
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pymysql
 
 from ..binlog.api import sequence_number
@@ -46,13 +42,13 @@ from ..schema.binlog_types import table_map_for
 from ..schema.ddl import parse_create_table
 from ..schema.model import TableDef
 from ..schema.snapshot import binlog_position, connect_uri
-from . import chunkread, datafiles
+from . import chunkread, datafiles, staging
 from .control import ControlTable, FileState
 from .convert import ConversionStats, arrow_type
 from .current import SEQ_FILE_SHIFT, current_schema, key_names, merge_input
 from .engines import SEQ, DeltaEngine, get_engine
 from .history import PARTITION_BY, CommittedBatch, history_table
-from .layout import LakeLayout, path_part
+from .layout import LakeLayout
 from .pending import BatchStore
 
 TEMPORAL = ("date", "datetime", "timestamp", "time")
@@ -403,32 +399,34 @@ class TablePlan:
 
 @dataclass
 class Staged:
-    """Manifests of one part's files (no rows): history files and current-table files."""
+    """Manifests of one part's files (no rows): files written into the history and current tables, and the
+    part's history rows staged as a piece (binlake.lake.staging) where the engine must append or merge them."""
 
     index: int  # the chunk's position in the plan
     rows: int
     history: list[dict]
     current: list[dict]
+    pieces: list[dict] = field(default_factory=list)
 
 
 def stage_part(plan: TablePlan, part: pa.Table, index: int, tm=None) -> Staged:
     """Write one part's history rows (and current-table rows, for tables with a key) as Parquet files."""
     tm = tm or plan.table_map()
-    if plan.history_direct:
-        history = datafiles.write_files(plan.history_path, part, PARTITION_BY, REPEATED)
-    else:
-        history = datafiles.write_files(f"{plan.stage}/history", part, dictionary=REPEATED)
-    current: list[dict] = []
-    if key_names(tm):
-        if plan.current_direct:
-            current = datafiles.write_files(plan.current_path, _current_rows(part, tm))
-        else:
-            current = datafiles.write_files(f"{plan.stage}/current", merge_input(part, tm))
-    return Staged(index, part.num_rows, history, current)
+    keyed = bool(key_names(tm))
+    history = datafiles.write_files(plan.history_path, part, PARTITION_BY, REPEATED) if plan.history_direct else []
+    current = datafiles.write_files(plan.current_path, _current_rows(part, tm)) if keyed and plan.current_direct \
+        else []
+    pieces = []
+    if not plan.history_direct or (keyed and not plan.current_direct):
+        # Named by chunk and first row: a retried task rewrites its own piece.
+        first = part.column("_row")[0].as_py() if part.num_rows else 0
+        pieces.append(staging.write_piece(plan.stage, f"{plan.database}.{plan.table}", index, first,
+                                          part.num_rows, part))
+    return Staged(index, part.num_rows, history, current, pieces)
 
 
-def _read_staged(folder: str, files: list[dict]) -> pa.Table:
-    return pa.concat_tables([pq.read_table(f"{folder}/{f['path']}") for f in files])
+def _read_staged(stage: str, pieces: list[dict]) -> pa.Table:
+    return pa.concat_tables([staging.read_piece(stage, p) for p in pieces])
 
 
 class _Committer:
@@ -486,24 +484,19 @@ class _Committer:
         self.step += 1
         history = [f for s in items for f in s.history]
         current = [f for s in items for f in s.current]
+        pieces = [p for s in items for p in s.pieces]
+        staged = _read_staged(plan.stage, pieces) if pieces else None
         app = self.layout.app_id("history", db, t)
         if plan.history_direct:
             self.engine.append_files(plan.history_path, history, _history_schema(tm), app, version, PARTITION_BY)
         else:
-            self.engine.append(plan.history_path, _read_staged(f"{plan.stage}/history", history), app, version,
-                               partition_by=PARTITION_BY)
+            self.engine.append(plan.history_path, staged, app, version, partition_by=PARTITION_BY)
         if key_names(tm):
             app = self.layout.app_id("current", db, t)
             if plan.current_direct:
                 self.engine.append_files(plan.current_path, current, _current_file_schema(tm), app, version)
             else:
-                self.engine.merge(plan.current_path, _read_staged(f"{plan.stage}/current", current), key_names(tm),
-                                  app, version)
-        for folder, files, direct in ((f"{plan.stage}/history", history, plan.history_direct),
-                                      (f"{plan.stage}/current", current, plan.current_direct)):
-            if not direct:
-                for f in files:
-                    Path(folder, f["path"]).unlink(missing_ok=True)
+                self.engine.merge(plan.current_path, merge_input(staged, tm), key_names(tm), app, version)
         self.committed_rows += sum(s.rows for s in items)
         for s in items:
             self.uncommitted[s.index] -= 1
@@ -540,16 +533,14 @@ def plan_tables(engine: DeltaEngine, layout: LakeLayout, lake: str, chunks: list
     """Each table's TablePlan (see there), decided once before any chunk is read."""
     plans = {}
     files_ok = hasattr(engine, "append_files") and datafiles.local_lake(lake)
-    stage_root = (os.path.join(os.path.abspath(lake.removeprefix("file://")), "_binlake", "staging", "bootstrap",
-                               layout.pipeline, str(batch)) if datafiles.local_lake(lake)
-                  else tempfile.mkdtemp(prefix="binlake-bootstrap-"))
+    stage = staging.stage_root(lake, layout.pipeline, batch)  # this batch's own staging folder
     for chunk in chunks:
         key = (chunk.database, chunk.table)
         if key in plans:
             continue
         history, current = layout.history_path(*key), layout.current_path(*key)
         plan = TablePlan(chunk.database, chunk.table, chunk.ddl, chunk.mariadb, history, current,
-                         f"{stage_root}/{path_part(chunk.database)}.{path_part(chunk.table)}", False, False)
+                         stage, False, False)
         tm = plan.table_map()
         if files_ok:
             plan.history_direct = (not engine.exists(history)
@@ -694,8 +685,8 @@ def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: 
         else:
             results = _read_in_pool(uri, chunks, batch, readers, part_rows, plans, committer, stats)
     finally:
-        for plan in plans.values():
-            shutil.rmtree(plan.stage, ignore_errors=True)
+        for stage in {plan.stage for plan in plans.values()}:
+            staging.drop_stage(stage)
     start = min(results, key=lambda r: (sequence_number(r.binlog_file), r.binlog_pos))
     last = committer.last_batch
     state = FileState(instance, lineage, start.binlog_file, sequence_number(start.binlog_file), 0,
