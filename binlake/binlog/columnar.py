@@ -149,7 +149,7 @@ class _Col:
     `vec(fields)`: the values of a whole column with no NULLs (fields: one sequence per struct field).
     `one(*field values)`: the value of one image (used where a column is NULL in some images only)."""
 
-    __slots__ = ("bit", "codes", "index", "nfields", "one", "prefix", "tolerant", "vec")
+    __slots__ = ("bit", "codes", "index", "nfields", "one", "prefix", "tolerant", "vec", "whole")
 
     def __init__(self, index: int, bit: int, codes: list[str] | None, prefix: int, vec, one) -> None:
         self.index = index
@@ -161,6 +161,25 @@ class _Col:
         self.one = one
         # Whether vec accepts the empty placeholder a NULL leaves (one field, and no cache keyed by it).
         self.tolerant = codes is None or vec is _first
+        # Whether vec is a whole-column numpy conversion (vectorized.py), whose fixed cost per call makes it worth
+        # converting several rows events together (convert_pending).
+        self.whole = False
+
+
+WHOLE_MIN = 24  # fewer values than this go value by value (`one`): a numpy call costs about a microsecond
+
+
+def _whole(col: _Col) -> _Col:
+    """Mark a column whose vec converts a whole column with numpy; a few values go through `one` instead."""
+    vec, one = col.vec, col.one
+
+    def whole_or_few(fields):
+        raws = fields[0]
+        return list(map(one, raws)) if len(raws) < WHOLE_MIN else vec(fields)
+
+    col.vec = whole_or_few
+    col.whole = True
+    return col
 
 
 def _first(fields):
@@ -232,7 +251,7 @@ def plan_datetime2(codec: Any, bit: int) -> _Col:
         values = datetime2_texts(f[0], fsp)
         return values if values is not None else list(map(one, f[0]))
 
-    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+    return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
 
 
 def plan_timestamp2(codec: Any, bit: int) -> _Col:
@@ -250,7 +269,7 @@ def plan_timestamp2(codec: Any, bit: int) -> _Col:
         values = timestamp2_texts(f[0], fsp)
         return values if values is not None else list(map(one, f[0]))
 
-    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+    return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
 
 
 def plan_enum(codec: Any, bit: int) -> _Col:
@@ -312,7 +331,7 @@ def plan_date(codec: Any, bit: int) -> _Col:
         values = date_texts(f[0])
         return values if values is not None else list(map(one, f[0]))
 
-    return _Col(codec.col.index, bit, ["3s"], 0, vec, one)
+    return _whole(_Col(codec.col.index, bit, ["3s"], 0, vec, one))
 
 
 def plan_int24(codec: Any, bit: int) -> _Col:
@@ -323,7 +342,7 @@ def plan_int24(codec: Any, bit: int) -> _Col:
     def one(raw):
         return reference(raw, 0)[0]
 
-    return _Col(codec.col.index, bit, ["3s"], 0, lambda f: int24_values(f[0], signed), one)
+    return _whole(_Col(codec.col.index, bit, ["3s"], 0, lambda f: int24_values(f[0], signed), one))
 
 
 def plan_time2(codec: Any, bit: int) -> _Col:
@@ -338,7 +357,7 @@ def plan_time2(codec: Any, bit: int) -> _Col:
         values = time2_texts(f[0], fsp)
         return values if values is not None else list(map(one, f[0]))
 
-    return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)
+    return _whole(_Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one))
 
 
 def plan_cached(codec: Any, bit: int) -> _Col:
@@ -360,7 +379,7 @@ def _decimal_column(col: Column, bit: int) -> _Col:
         values = decimal_values(f[0], groups, n_int, size, s)
         return values if values is not None else list(map(one, f[0]))
 
-    return _Col(col.index, bit, [f"{size}s"], 0, vec, one)
+    return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
 
 
 class _Layout:
@@ -422,6 +441,9 @@ class EventPlan:
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
         self.cols = [codecs[c.index].plan(1 << i) for i, c in enumerate(cols)]
+        # Events of this plan wait to be converted together only when a column converts a whole column with numpy
+        # (for the others, joining and cutting the events' columns costs more than it saves).
+        self.groups = any(c.whole for c in self.cols)
         self.nfields = 1 + sum(c.nfields for c in self.cols)  # the NULL bitmap, then the columns' fields
         self.absent = [i for i in range(self.ncols) if not present >> i & 1]
         self.layouts: dict[int, _Layout] = {}

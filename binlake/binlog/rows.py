@@ -392,7 +392,7 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder, defer: bool = False) -> lis
             and end - off <= COLUMNAR_MAX_BYTES):
         plan = dec.event_plan(ev.present)
         if plan is not None:
-            return (defer_event if defer else decode_event)(plan, buf, off, end, kind)
+            return (defer_event if defer and plan.groups else decode_event)(plan, buf, off, end, kind)
     image = dec.plan(ev.present, ev.version)
     if off < end and _image_bytes(image) == 0 and (
             kind != RowsKind.UPDATE or _image_bytes(dec.plan(ev.present_after, ev.version)) == 0):
