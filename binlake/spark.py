@@ -226,6 +226,32 @@ def bootstrap_stager(spark):
             return stage_chunk(uri, chunk, index, batch, plans[(chunk.database, chunk.table)], part_rows)
 
         rdd = spark.sparkContext.parallelize(list(enumerate(chunks)), len(chunks))
-        return rdd.map(task).collect()
+        try:
+            return rdd.map(task).collect()
+        except Exception as exc:
+            if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException") and \
+                    "Job aborted" not in str(exc):
+                raise
+            raise _chunk_failure(exc, chunks) from None
+        finally:
+            shared.unpersist()
 
     return run
+
+
+def _chunk_failure(exc: BaseException, chunks: list) -> SparkTaskFailed:
+    """The one-line error for a failed Spark job of bootstrap chunks: the chunk reader's own line (it names the
+    table and key range) when the task's error carries it, else the cause and the chunk of the failed task."""
+    text = str(exc)
+    own = re.search(r"(?:ChunkReadError|BootstrapError): ([^\n]+)", text)
+    if own:
+        detail = own.group(1)
+    else:
+        cause = str(_task_failure(exc, [])).split(": ", 1)[-1]
+        found = re.search(r"Task (\d+) in stage [\d.]+ failed", text)
+        where = "a chunk"
+        if found and int(found.group(1)) < len(chunks):
+            c = chunks[int(found.group(1))]
+            where = f"{c.database}.{c.table} [{c.lower}, {c.upper})"
+        detail = f"{where}: {cause}"
+    return SparkTaskFailed(" ".join(f"Spark bootstrap task failed: {detail}".split())[:1000])

@@ -205,7 +205,8 @@ class ChunkReader:
             except (KeyboardInterrupt, SystemExit, GeneratorExit):
                 raise
             except BaseException as exc:
-                raise ChunkReadError(f"{self.where}: reading the chunk failed: {exc}") from exc
+                raise ChunkReadError(f"{self.where}: reading the chunk failed: {' '.join(str(exc).split())}") \
+                    from exc
             yield batch
 
     def _row_parts(self) -> Iterator[pa.Table]:

@@ -247,3 +247,32 @@ def test_bootstrap_again_over_an_existing_lake_merges(mariadb_servers, tmp_path)
     files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
     run_ingest(IngestOptions(lake=lake, files=files, databases={DB}))
     assert _lake_rows(tmp_path / "lake") == _server_rows(server)
+
+
+def test_spark_bootstrap_task_failure_is_one_line_naming_the_chunk(mariadb_servers, tmp_path, spark) -> None:
+    """A chunk whose read fails in its Spark task (here: the table is gone when the task runs) stops the bootstrap
+    with one line naming the table and key range; nothing is recorded for ingest to resume from."""
+    from binlake.lake.bootstrap import plan_chunks
+    from binlake.spark import SparkTaskFailed, bootstrap_stager
+
+    server = mariadb_servers.get("FULL")
+    _setup(server)
+    chunks = plan_chunks(server.uri, [(DB, "acct")], 1000)
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("RENAME TABLE acct TO acct_gone")
+    try:
+        stager = bootstrap_stager(spark)
+        with pytest.raises(SparkTaskFailed) as failed:
+            stager(server.uri, chunks, 0, _plans(tmp_path, chunks), 1000)
+    finally:
+        with server.connect(DB) as conn, conn.cursor() as cur:
+            cur.execute("RENAME TABLE acct_gone TO acct")
+    text = str(failed.value)
+    assert "\n" not in text and text.startswith(f"Spark bootstrap task failed: {DB}.acct [")
+    assert f"Table '{DB}.acct' doesn't exist" in text  # the server's error, from the chunk's reader
+
+
+def _plans(tmp_path, chunks):
+    from binlake.lake.bootstrap import plan_tables
+
+    return plan_tables(get_engine(), LakeLayout(str(tmp_path / "lake")), str(tmp_path / "lake"), chunks, 0)
