@@ -163,6 +163,18 @@ def _maria_list(ev: bytes) -> dict[int, tuple[int, str]]:
     return out
 
 
+def open_landing(landing: str | Path) -> Landing:
+    """The landing writer for `--landing`: a local directory, or `oss://bucket/prefix` (`OssLanding`)."""
+    text = str(landing)
+    if text.startswith("oss://"):
+        from .tail_oss import OssLanding
+
+        return OssLanding(text)
+    if "://" in text:
+        raise TailError(f"--landing {landing}: the tail lands into a local directory or oss://bucket/prefix")
+    return Landing(landing)
+
+
 class Landing:
     """The landing directory: the server's binlog files as landed, appended to one whole event at a time."""
 
@@ -180,6 +192,11 @@ class Landing:
         self._buf = bytearray()  # whole events not yet written (written at transaction ends)
         self._whole = 0  # length of the buffer's whole transactions (its start up to the last transaction end)
         self._written = 0  # the file's size on disk (self.size includes the buffer)
+        self.safe = 0  # the file's offset after its last complete transaction (what a copy may show)
+
+    def where(self) -> str:
+        """The landing location, the same on every restart (the default replica id is derived from it)."""
+        return str(self.dir.resolve())
 
     # -- what is there ---------------------------------------------------------------------------------------
 
@@ -268,9 +285,10 @@ class Landing:
         if not path.exists() or path.stat().st_size < 4:
             self.fd = None
             self.size = self._written = 4  # the magic, written with the FORMAT_DESCRIPTION
+            self.safe = 0
             return
         self.fd = os.open(path, os.O_RDWR)
-        self.size = self._written = os.lseek(self.fd, 0, os.SEEK_END)
+        self.size = self._written = self.safe = os.lseek(self.fd, 0, os.SEEK_END)
         with open(path, "rb") as fh:
             head = fh.read(4 + 1024)
         self.checksum = _checksum_len(head) if len(head) >= 4 + HEADER_LEN else 4
@@ -325,7 +343,7 @@ class Landing:
         os.replace(part, path)
         self._sync_dir()
         self.fd = fd
-        self.size = self._written = 4 + len(event)
+        self.size = self._written = self.safe = 4 + len(event)
         self._last_sync = time.monotonic()
 
     def append(self, etype: int, ev: bytes, more_waiting: bool) -> bool:
@@ -333,6 +351,8 @@ class Landing:
         self._append(ev)
         self.size += len(ev)
         boundary = self.boundaries.feed(etype, ev, self.checksum)
+        if boundary:
+            self.safe = self.size
         if etype in (EventType.ROTATE, EventType.STOP):
             self.finish()
             return True
@@ -393,15 +413,15 @@ def purged_message(start: StartAt, server_message: str, first_file: str | None) 
 class Tail:
     """The tail loop: connect, dump, land; reconnect with backoff until `stop` returns True."""
 
-    def __init__(self, url: str, landing: str | Path, server_id: int = 0, start_file: str | None = None,
+    def __init__(self, url: str, landing: str | Path | Landing, server_id: int = 0, start_file: str | None = None,
                  gtid: str | None = None, heartbeat: float = 5.0, resume_by: str = "auto",
                  log: Callable[[str], None] = lambda _m: None, stop: Callable[[], bool] = lambda: False,
                  max_backoff: float = 30.0) -> None:
         self.url = url
-        self.landing = Landing(landing)
-        # The default replica id comes from the landing directory: a restarted tail registers under the same id,
+        self.landing = landing if isinstance(landing, Landing) else Landing(landing)
+        # The default replica id comes from the landing location: a restarted tail registers under the same id,
         # so the server replaces the dump thread a killed tail left behind.
-        self.server_id = server_id or (0x5B000000 | (zlib.crc32(str(Path(landing).resolve()).encode()) & 0xFFFFFF))
+        self.server_id = server_id or (0x5B000000 | (zlib.crc32(self.landing.where().encode()) & 0xFFFFFF))
         self.start_file = start_file
         self.gtid = gtid
         self.heartbeat = heartbeat
@@ -555,11 +575,8 @@ def run_tail(url: str, landing: str | Path, server_id: int = 0, start_file: str 
              gtid: str | None = None, heartbeat: float = 5.0, resume_by: str = "auto",
              log: Callable[[str], None] = lambda _m: None, stop: Callable[[], bool] = lambda: False) -> dict:
     """`binlake tail`: land the server's binlog in `landing` until `stop()`; returns what was landed."""
-    if "://" in str(landing):
-        raise TailError(f"--landing {landing}: the tail lands into a local directory (copy closed files to object "
-                        "storage from there)")
     if gtid is not None and not gtid.strip():
         raise ValueError("--gtid is empty")
-    tail = Tail(url, landing, server_id, start_file, gtid, heartbeat, resume_by, log, stop)
+    tail = Tail(url, open_landing(landing), server_id, start_file, gtid, heartbeat, resume_by, log, stop)
     stats = tail.run()
     return {"events": stats.events, "bytes": stats.bytes, "connects": stats.connects, "files": stats.files}

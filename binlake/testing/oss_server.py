@@ -2,7 +2,7 @@
 
 Path-style addressing (what oss2 uses for IP endpoints: `http://127.0.0.1:PORT/bucket/key`). Objects live in
 memory. What it speaks: PUT/GET/HEAD/DELETE object (Content-MD5 checked, `x-oss-meta-*` kept, ETag = MD5,
-`x-oss-hash-crc64ecma`, Range GET with 206/416, If-Match/If-None-Match), PUT bucket, ListObjects (v1, marker)
+`x-oss-hash-crc64ecma`, AppendObject with its position check, Range GET with 206/416, If-Match/If-None-Match), PUT bucket, ListObjects (v1, marker)
 and ListObjectsV2 (prefix, delimiter, max-keys, continuation-token, start-after, encoding-type=url); every request
 must carry a valid V1 or V4 signature (`oss_signing`), and errors are OSS XML bodies (Code, Message, RequestId).
 
@@ -41,6 +41,11 @@ class StoredObject:
     content_type: str = "application/octet-stream"
     meta: dict[str, str] = field(default_factory=dict)  # x-oss-meta-* headers, lower-case names
     modified: float = field(default_factory=time.time)
+    appendable: bool = False  # created by AppendObject ("Appendable"); PutObject makes a "Normal" object
+
+    @property
+    def object_type(self) -> str:
+        return "Appendable" if self.appendable else "Normal"
 
     @property
     def etag(self) -> str:
@@ -74,6 +79,7 @@ class OssError(Exception):
     def __init__(self, status: int, code: str, message: str, **extra: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
+        self.headers: dict[str, str] = {}  # extra response headers (x-oss-next-append-position)
 
 
 class OssServer(BackgroundHttpServer):
@@ -298,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
             fields["Key"] = self.key
         xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error>\n'
                + "".join(f"  <{k}>{escape(str(v))}</{k}>\n" for k, v in fields.items()) + "</Error>\n").encode()
-        headers = {"Content-Type": "application/xml", "x-oss-ec": "0000-00000000"}
+        headers = {"Content-Type": "application/xml", "x-oss-ec": "0000-00000000", **e.headers}
         if self.command == "HEAD":  # no body on HEAD: the error travels base64-encoded in a header
             headers["x-oss-err"] = base64.b64encode(xml).decode()
             self._send(e.status, headers, xml, head=True)
@@ -314,7 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _object_headers(self, obj: StoredObject) -> dict[str, str]:
         headers = {"Content-Type": obj.content_type, "ETag": obj.etag, "x-oss-hash-crc64ecma": obj.crc64,
                    "Last-Modified": formatdate(obj.modified, usegmt=True), "Accept-Ranges": "bytes",
-                   "x-oss-object-type": "Normal", "x-oss-storage-class": "Standard", **obj.meta}
+                   "x-oss-object-type": obj.object_type, "x-oss-storage-class": "Standard", **obj.meta}
         if not self.oss.crc64_headers:
             del headers["x-oss-hash-crc64ecma"]
         return headers
@@ -388,6 +394,40 @@ class _Handler(BaseHTTPRequestHandler):
             objects[self.key] = obj
         self._send(200, {"ETag": obj.etag, "x-oss-hash-crc64ecma": obj.crc64})
 
+    def _post_object(self, body: bytes) -> None:
+        """AppendObject (`POST ?append&position=N`): creates an appendable object at position 0, else appends when
+        `position` equals the object's length (409 PositionNotEqualToLength with the length otherwise) and refuses
+        a Normal object (409 ObjectNotAppendable), as OSS does."""
+        if "append" not in self.params:
+            raise OssError(501, "NotImplemented", "only AppendObject is supported with POST on an object")
+        try:
+            position = int(self.params.get("position", ""))
+        except ValueError:
+            raise OssError(400, "InvalidArgument", "position is not a number", ArgumentName="position") from None
+        md5 = self.lower_headers.get("content-md5")
+        if md5 and base64.b64encode(hashlib.md5(body).digest()).decode() != md5:
+            raise OssError(400, "InvalidDigest", "The Content-MD5 you specified was invalid.")
+        with self.oss.lock:
+            objects = self.oss.buckets[self.bucket]
+            obj = objects.get(self.key)
+            if obj is not None and not obj.appendable:
+                raise OssError(409, "ObjectNotAppendable", "The object is not appendable")
+            length = 0 if obj is None else len(obj.data)
+            if position != length:
+                e = OssError(409, "PositionNotEqualToLength", "Position is not equal to file length")
+                e.headers = {"x-oss-next-append-position": str(length)}
+                raise e
+            if obj is None:
+                obj = StoredObject(body, self.lower_headers.get("content-type") or "application/octet-stream",
+                                   {k: v for k, v in self.lower_headers.items() if k.startswith("x-oss-meta-")},
+                                   appendable=True)
+                objects[self.key] = obj
+            else:
+                obj.data += body
+                obj.modified = time.time()
+        self._send(200, {"ETag": obj.etag, "x-oss-hash-crc64ecma": obj.crc64,
+                         "x-oss-next-append-position": str(len(obj.data))})
+
     def _delete_object(self) -> None:
         with self.oss.lock:
             self.oss.buckets[self.bucket].pop(self.key, None)
@@ -443,7 +483,7 @@ class _Handler(BaseHTTPRequestHandler):
                 out.append(f"<NextMarker>{enc(last[0])}</NextMarker>")
         for key, obj in contents:
             out.append(f"<Contents><Key>{enc(key)}</Key><LastModified>{_iso(obj.modified)}</LastModified>"
-                       f"<ETag>{escape(obj.etag)}</ETag><Type>Normal</Type><Size>{len(obj.data)}</Size>"
+                       f"<ETag>{escape(obj.etag)}</ETag><Type>{obj.object_type}</Type><Size>{len(obj.data)}</Size>"
                        f"<StorageClass>Standard</StorageClass></Contents>")
         for p in prefixes:
             out.append(f"<CommonPrefixes><Prefix>{enc(p)}</Prefix></CommonPrefixes>")
