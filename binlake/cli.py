@@ -728,9 +728,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tail", help="follow a live server as a replica and land its binlog files byte-identical "
                        "to the server's, until interrupted")
     p.add_argument("--mysql", required=True, help="mysql://user:password@host:port/ (needs REPLICATION SLAVE)")
-    p.add_argument("--landing", required=True, help="directory the binlog files are landed in (server's names)")
+    p.add_argument("--landing", required=True, help="directory, or oss://bucket/prefix (OSS_* environment), the "
+                   "binlog files are landed in (server's names)")
     p.add_argument("--server-id", type=_count(1), help="replica server id, unique among the server's replicas "
-                   "(default: derived from the landing directory, the same on every restart)")
+                   "(default: derived from the landing location, the same on every restart)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from", dest="start_from", metavar="FILE[:POS]", help="first binlog file to land when the "
                        "landing directory is empty (landed whole from its start; default: the server's oldest)")
