@@ -79,6 +79,24 @@ class DeltaRsEngine:
             dt.create_write_transaction([], "append", dt.schema(), partition_by=dt.metadata().partition_columns,
                                         commit_properties=self._props(meta))
 
+    def _commit_once(self, path: str, app_id: str, batch: int, meta: dict[str, Any], write: Callable[[Any], Any],
+                     create: tuple[pa.Schema, list[str] | None] | None = None) -> bool:
+        """One commit of `write(table)` carrying (app_id, batch), unless the table recorded it (False); retried
+        from a fresh snapshot on a conflict. `create`: (schema, partition columns) to create the table with first."""
+
+        def attempt() -> bool:
+            if create is not None:
+                self.create_empty(path, *create)
+            dt = self._dt(path)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False
+            before = dt.version()
+            write(dt)
+            self._ensure_commit(dt, before, meta)
+            return True
+
+        return self._retry(attempt)
+
     @staticmethod
     def _arrow_schema(dt) -> pa.Schema:
         return pa.schema(dt.schema().to_arrow())
@@ -135,17 +153,9 @@ class DeltaRsEngine:
         check_batch(app_id, batch)
         meta = commit_meta("append", [(app_id, batch)])
 
-        def attempt() -> bool:
-            self.create_empty(path, data.schema, partition_by)
-            dt = self._dt(path)
-            if is_committed(dt.transaction_version(app_id), batch):
-                return False
-            before = dt.version()
-            write_deltalake(dt, data, mode="append", schema_mode="merge", commit_properties=self._props(meta))
-            self._ensure_commit(dt, before, meta)
-            return True
-
-        return self._retry(attempt)
+        return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
+            dt, data, mode="append", schema_mode="merge", commit_properties=self._props(meta)),
+            create=(data.schema, partition_by))
 
     def append_files(self, path: str, files: list[dict], schema: pa.Schema, app_id: str, batch: int,
                      partition_by: list[str] | None = None) -> bool:
@@ -157,18 +167,9 @@ class DeltaRsEngine:
         actions = [AddAction(f["path"], f["size"], f["partition_values"], f["modification_time"], True, f["stats"])
                    for f in files]
 
-        def attempt() -> bool:
-            self.create_empty(path, schema, partition_by)
-            dt = self._dt(path)
-            if is_committed(dt.transaction_version(app_id), batch):
-                return False
-            before = dt.version()
-            dt.create_write_transaction(actions, "append", schema, partition_by=partition_by or None,
-                                        commit_properties=self._props(meta))
-            self._ensure_commit(dt, before, meta)
-            return True
-
-        return self._retry(attempt)
+        return self._commit_once(path, app_id, batch, meta, lambda dt: dt.create_write_transaction(
+            actions, "append", schema, partition_by=partition_by or None, commit_properties=self._props(meta)),
+            create=(schema, partition_by))
 
     def append_staged(self, path: str, stage: str, info: dict, app_id: str, batch: int,
                       partition_by: list[str] | None = None) -> bool:
@@ -180,18 +181,9 @@ class DeltaRsEngine:
         schema = unified_schema(stage, entry_pieces(info))
         meta = commit_meta("append", [(app_id, batch)])
 
-        def attempt() -> bool:
-            self.create_empty(path, schema, partition_by)
-            dt = self._dt(path)
-            if is_committed(dt.transaction_version(app_id), batch):
-                return False
-            before = dt.version()
-            write_deltalake(dt, entry_reader(stage, info), mode="append", schema_mode="merge",
-                            commit_properties=self._props(meta))
-            self._ensure_commit(dt, before, meta)
-            return True
-
-        return self._retry(attempt)
+        return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
+            dt, entry_reader(stage, info), mode="append", schema_mode="merge", commit_properties=self._props(meta)),
+            create=(schema, partition_by))
 
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
                   meta: dict[str, Any], check_txn: bool) -> bool:
@@ -228,17 +220,9 @@ class DeltaRsEngine:
         check_batch(app_id, batch)
         meta = commit_meta("truncate", [(app_id, batch)])
 
-        def attempt() -> bool:
-            dt = self._dt(path)
-            if is_committed(dt.transaction_version(app_id), batch):
-                return False
-            before = dt.version()
-            write_deltalake(dt, self._arrow_schema(dt).empty_table(), mode="overwrite",
-                            partition_by=dt.metadata().partition_columns or None, commit_properties=self._props(meta))
-            self._ensure_commit(dt, before, meta)
-            return True
-
-        return self._retry(attempt)
+        return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
+            dt, self._arrow_schema(dt).empty_table(), mode="overwrite",
+            partition_by=dt.metadata().partition_columns or None, commit_properties=self._props(meta)))
 
     def copy_table(self, src: str, version: int, dst: str, app_id: str, batch: int) -> bool:
         return copy_with_tombstones(self, src, version, dst, app_id, batch)
@@ -255,22 +239,15 @@ class DeltaRsEngine:
         else:
             schema = self.table_schema(dst)
 
-        def attempt() -> bool:
-            self.create_empty(dst, schema)
-            dt = self._dt(dst)
-            if is_committed(dt.transaction_version(app_id), batch):
-                return False
-            before = dt.version()
+        def write(dt) -> None:
             if source is None:
                 data = pa.RecordBatchReader.from_batches(schema, iter(()))
             else:
                 scan = pa.RecordBatchReader.from_stream(source.scan())
                 data = pa.RecordBatchReader.from_batches(schema, (b.cast(schema) for b in scan))
             write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite", commit_properties=self._props(meta))
-            self._ensure_commit(dt, before, meta)
-            return True
 
-        return self._retry(attempt)
+        return self._commit_once(dst, app_id, batch, meta, write, create=(schema, None))
 
     def properties(self, path: str) -> dict[str, str]:
         """The table's properties (Delta metadata configuration)."""
