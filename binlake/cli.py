@@ -261,7 +261,7 @@ def _ingest_options(args: argparse.Namespace):
         pipeline=args.pipeline, tables=re.compile(args.tables) if args.tables else None,
         databases={d.strip() for d in args.databases.split(",") if d.strip()} if args.databases else None,
         split_bytes=args.split_mb << 20, quality=quality_config(args),
-        helper_tables=getattr(args, "helper_tables", None) or None,
+        helper_tables=getattr(args, "helper_tables", None) or None, ddl_cache=getattr(args, "ddl_cache", None),
     )
 
 
@@ -343,6 +343,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def _follow(args: argparse.Namespace) -> int:
     """`ingest --follow`: one ingest per interval while the landing grows (skipped when nothing changed)."""
     from .orchestration.follow import follow
+    from .schema.timeline import DdlScanCache
+
+    args.ddl_cache = DdlScanCache()  # each round reads only new and grown files for the schema timeline
 
     def once() -> None:
         code = _ingest_once(args)

@@ -66,6 +66,8 @@ class IngestOptions:
     # Regexes on table names of online-schema-change helper tables (gh-ost, pt-online-schema-change): kept in
     # the lake only while needed, never listed as lake tables. None: binlake.lake.lifecycle.DEFAULT_HELPERS.
     helper_tables: Sequence[str] | None = None
+    # `ingest --follow`: the DDL found in files the previous rounds read (binlake.schema.timeline.DdlScanCache)
+    ddl_cache: object = None
 
 
 @dataclass

@@ -145,7 +145,7 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     batch = _next_batch(states, store)
     holds = held_tables(store)
     progress(f"batch {batch}: {len(todo)} file(s) to read")
-    resolver = build_resolver(_ordered(opts.files), opts.schemas, opts.instance)
+    resolver = build_resolver(_ordered(opts.files), opts.schemas, opts.instance, opts.ddl_cache)
     seconds = {"schema timeline": time.perf_counter() - started}
 
     t0 = time.perf_counter()

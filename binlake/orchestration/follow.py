@@ -3,6 +3,8 @@
 A round runs when the listed files changed since the last successful round (a new file, a file that grew); the
 ingest itself reads each file from its control-table position to its last complete transaction, so the file
 `binlake tail` is still writing is ingested as far as it is whole, with every guarantee of a single ingest.
+The command line keeps a `DdlScanCache` across rounds, so the schema timeline is extended from the new and grown
+files only.
 """
 
 from __future__ import annotations

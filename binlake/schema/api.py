@@ -7,16 +7,16 @@ from pathlib import Path
 
 from .snapshot import capture_snapshot, connect_uri
 from .store import Snapshot, SnapshotStore, open_schemas
-from .timeline import SchemaTimeline, TimelineResolver, file_keys, scan_ddl
+from .timeline import DdlScanCache, SchemaTimeline, TimelineResolver, file_keys, scan_ddl
 
 
 def build_resolver(files: Sequence[str | Path], schemas: str | Path | None = None,
-                   instance: str = "default") -> TimelineResolver:
+                   instance: str = "default", ddl_cache: DdlScanCache | None = None) -> TimelineResolver:
     """A resolver for decoding `files` (in order): snapshots from `schemas` (a store or a directory of <db>.sql
-    files; None for none) plus the DDL found in the files themselves."""
+    files; None for none) plus the DDL found in the files themselves; `ddl_cache` keeps what earlier calls found in unchanged files."""
     keys = file_keys(files)
     snapshots: list[Snapshot] = open_schemas(schemas, instance) if schemas else []
-    return TimelineResolver(SchemaTimeline(snapshots, scan_ddl(files, keys)), keys)
+    return TimelineResolver(SchemaTimeline(snapshots, scan_ddl(files, keys, ddl_cache)), keys)
 
 
 def take_snapshot(mysql_uri: str, out: str | Path, instance: str = "default", include: list[str] | None = None,

@@ -8,6 +8,7 @@ understand mark the tables they name as unknown from that point on, until a late
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +72,47 @@ def file_keys(files: Sequence[str | Path]) -> dict[str, int]:
     return keys
 
 
-def scan_ddl(files: Sequence[str | Path], keys: dict[str, int]) -> list[DdlEvent]:
-    """Every DDL statement of `files`, in order, without decoding any row."""
+@dataclass
+class DdlScanCache:
+    """The DDL statements found in each file, reused while the file is unchanged (same size, modification time
+    and inode): what `ingest --follow` keeps from round to round, so a round decodes only the new and grown files
+    for the schema timeline instead of every listed file."""
+
+    files: dict[str, tuple[tuple, list[DdlEvent]]] = field(default_factory=dict)
+    scanned: list[str] = field(default_factory=list)  # the files the last scan decoded
+
+
+def _file_signature(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+def scan_ddl(files: Sequence[str | Path], keys: dict[str, int], cache: DdlScanCache | None = None) -> list[DdlEvent]:
+    """Every DDL statement of `files`, in order, without decoding any row; with `cache`, an unchanged file's
+    statements come from the previous scan instead of being read again."""
+    if cache is None:
+        return _scan_ddl(files, keys)
+    cache.scanned = []
+    out: list[DdlEvent] = []
+    for f in files:
+        path = str(f)
+        sig = _file_signature(path)
+        hit = cache.files.get(path)
+        if sig is not None and hit is not None and hit[0] == sig:
+            events = hit[1]
+        else:
+            events = _scan_ddl([f], keys)
+            cache.scanned.append(path)
+            if sig is not None:
+                cache.files[path] = (sig, events)
+        out.extend(DdlEvent((keys[e.file], e.pos), e.file, e.pos, e.sql, e.database) for e in events)
+    return out
+
+
+def _scan_ddl(files: Sequence[str | Path], keys: dict[str, int]) -> list[DdlEvent]:
     decoder = BinlogDecoder(DecodeOptions(commits=True, databases=set(), allow_truncated=True))
     out = []
     for rec in decoder.decode_files(files):
