@@ -29,6 +29,7 @@ from ..config import DeploymentConfig, load_config
 from .stages import STAGES, jsonable, run_stage
 
 CREDENTIALS_ENV = "BINLAKE_SOURCE_CREDENTIALS"  # source secrets reach the child in its environment, not its argv
+SPARK_STAGES = ("prepare", "gate_before", "merge", "gate_after", "publish")  # fetch (and kafka) never need Spark
 
 
 class StageError(RuntimeError):
@@ -73,19 +74,28 @@ def error_payload(exc: BaseException) -> dict[str, Any]:
             "failures": jsonable(failures), "traceback": traceback.format_exc()[-4000:]}
 
 
-def job_main(argv: list[str] | None = None,
-             executor_factory: Callable[[], tuple[Callable, Callable[[], None]]] | None = None) -> NoReturn:
-    """Child process entry: run the stage, write the result, exit without running interpreter teardown."""
+SessionFactory = Callable[[DeploymentConfig], tuple[Callable, Callable[[], None], dict[str, Any]]]
+
+
+def job_main(argv: list[str] | None = None, executor_factory: SessionFactory | None = None) -> NoReturn:
+    """Child process entry: run the stage, write the result, exit without running interpreter teardown.
+
+    `executor_factory` (the Spark job, spark_jobs/stage.py) starts a Spark session for the stage and returns the
+    decode executor (used by prepare), the function that stops the session and what to report about it (master,
+    application id), which goes into the result as "spark"."""
     args = stage_parser().parse_args(argv)
     close: Callable[[], None] = lambda: None  # noqa: E731
     try:
         cfg = load_config(args.config)
-        executor = None
-        if executor_factory is not None and args.stage == "prepare":
-            executor, close = executor_factory()
+        executor, spark_info = None, None
+        if executor_factory is not None and args.stage in SPARK_STAGES:
+            executor, close, spark_info = executor_factory(cfg)
         window = (datetime.fromisoformat(args.start), datetime.fromisoformat(args.end)) if args.start else None
         credentials = json.loads(os.environ.pop(CREDENTIALS_ENV, "") or "{}")
-        out = run_stage(cfg, args.stage, args.instance, args.lineage, args.batch, executor, window, credentials)
+        out = run_stage(cfg, args.stage, args.instance, args.lineage, args.batch,
+                        executor if args.stage == "prepare" else None, window, credentials)
+        if spark_info is not None:
+            out["spark"] = spark_info
         payload = {"status": "ok", "result": out}
     except BaseException as exc:  # everything goes to the result file
         payload = error_payload(exc)
@@ -100,11 +110,22 @@ def job_main(argv: list[str] | None = None,
     os._exit(0 if payload["status"] == "ok" else 1)
 
 
+def on_spark(cfg: DeploymentConfig, stage: str) -> bool:
+    """Whether a stage runs as a Spark job (`spark.mode` local or submit): prepare (decoding in Spark tasks)
+    always; with the delta-spark engine every stage that touches the lake (its commits, merges and reads are
+    Spark jobs, on the cluster's executors under submit)."""
+    if cfg.spark.mode == "in-process" or stage not in SPARK_STAGES:
+        return False
+    if stage.startswith("gate_") and not cfg.quality.enabled:
+        return False  # the stage only says it skipped: no Spark job for that
+    return stage == "prepare" or cfg.engine == "delta-spark"
+
+
 def stage_command(cfg: DeploymentConfig, stage: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The child's command line and extra environment: Spark only decodes (prepare) when configured."""
+    """The child's command line and extra environment: a Spark job where `on_spark` says so."""
     python = cfg.spark.python or sys.executable
     env: dict[str, str] = {}
-    if stage != "prepare" or cfg.spark.mode == "in-process":
+    if not on_spark(cfg, stage):
         return [python, "-m", "binlake.orchestration.jobs", *args], env
     if cfg.spark.mode == "local":
         env["BINLAKE_SPARK_MASTER"] = cfg.spark.master

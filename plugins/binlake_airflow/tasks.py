@@ -130,7 +130,8 @@ def prepare(config: str, fetched: Any, instance: str | None = None) -> dict[str,
         return {"instance": name, "lineage": None, "batch": None}
     result = run_stage_process(cfg, "prepare", name, lineage, log=log.info)
     log.info("%s: batch %s (decoded %s)", name, result["batch"], result.get("decoded_by"))
-    return {"instance": name, "lineage": lineage, "batch": result["batch"], "decoded_by": result.get("decoded_by")}
+    return {"instance": name, "lineage": lineage, "batch": result["batch"], "decoded_by": result.get("decoded_by"),
+            "spark": result.get("spark")}
 
 
 @task

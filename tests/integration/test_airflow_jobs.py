@@ -103,6 +103,13 @@ def test_stage_commands(tmp_path: Path) -> None:
     assert env == {"PYSPARK_PYTHON": sys.executable}
     plain = load_config(config(tmp_path, '[spark]\nmode = "in-process"'))
     assert stage_command(plain, "prepare", [])[0][1:] == ["-m", "binlake.orchestration.jobs"]
+    # the delta-spark engine: every lake stage is a Spark job (its commits and merges run on Spark), fetch is not
+    delta = load_config(config(tmp_path, 'engine = "delta-spark"\n[spark]\nmode = "local"\nmaster = "local[2]"'))
+    for stage in ("prepare", "gate_before", "merge", "gate_after", "publish"):
+        assert stage_command(delta, stage, ["--x"])[0][1:] == ["-m", "spark_jobs.stage", "--x"], stage
+    assert stage_command(delta, "fetch", ["--x"])[0][1:] == ["-m", "binlake.orchestration.jobs", "--x"]
+    delta_plain = load_config(config(tmp_path, 'engine = "delta-spark"\n[spark]\nmode = "in-process"'))
+    assert stage_command(delta_plain, "merge", [])[0][1:] == ["-m", "binlake.orchestration.jobs"]
 
 
 def spark_home() -> Path:
@@ -192,10 +199,12 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path, standalone_clu
     lines: list[str] = []
     prepared = run_stage_process(cfg, "prepare", "a", "default", log=lines.append)
     assert prepared["decoded_by"] == "spark" and prepared["batch"] == 0
+    assert (prepared["spark"]["master"], prepared["spark"]["submitted"]) == (spark_master, True), prepared["spark"]
     (command,) = [ln for ln in lines if "spark-submit" in ln and "spark_jobs/stage.py" in ln]
     assert "--spark-cluster" in command
     for stage in ("gate_before", "merge", "gate_after"):
-        run_stage_process(cfg, stage, "a", "default", batch=0, log=lambda _m: None)
+        done = run_stage_process(cfg, stage, "a", "default", batch=0, log=lambda _m: None)
+        assert "spark" not in done, stage  # delta-rs: only prepare is a Spark job
     summary = run_stage_process(cfg, "publish", "a", "default", batch=0, log=lambda _m: None)
     assert summary["changed_tables"] == [f"{DB}.t"] and summary["rows"][f"{DB}.t"] == \
         {"insert": 30, "update": 10, "delete": 5}
