@@ -2,8 +2,9 @@
 
 A private MariaDB (MINIMAL row metadata: names come from the DDL snapshot and the binlog's DDL) writes changes
 with commit times spread over four past hours, one binlog file per hour, which the local RDS OpenAPI server lists
-and serves (signed API, download links). Then: `binlake_ddl_snapshot`, two hourly `binlake_ingest` runs (the
-first decoding through a local Spark job), a `binlake_backfill` over a range overlapping them (the overlap is not read again); the Delta current
+and serves (signed API, download links). Then: `binlake_ddl_snapshot`, two hourly `binlake_ingest` runs whose
+prepare task decodes in a Spark job, the first in `local` mode (`python -m spark_jobs.stage`), the second through
+pyspark's `spark-submit` (`submit` mode), each followed by the gates, merge and publish; then a `binlake_backfill` over a range overlapping them (the overlap is not read again); the Delta current
 tables must equal the server's tables and every changed table must have had an Asset event. Finally a batch with
 a value the user's expectations forbid fails the gate: the run fails, nothing is merged, and a webhook receiver
 on 127.0.0.1 gets the alert with instance, table, interval and reason (and an SMTP receiver the same by email).
@@ -61,15 +62,17 @@ def drive(dag_id: str, logical_date: str | None, conf: dict | None) -> dict:
         tis = list(tis)
         tasks = {f"{ti.task_id}[{ti.map_index}]" if ti.map_index >= 0 else ti.task_id: ti.state for ti in tis}
         durations = {ti.task_id: round(ti.duration or 0, 1) for ti in tis if ti.map_index < 1}
-        xcoms = {f"{x.task_id}[{x.map_index}]": XComModel.deserialize_value(x)
-                 for x in session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id,
-                                                          XComModel.key == "return_value")
-                 if x.task_id.endswith(("publish", "snapshot_ddl"))}
+        returned = {f"{x.task_id}[{x.map_index}]": XComModel.deserialize_value(x)
+                    for x in session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run.run_id,
+                                                             XComModel.key == "return_value")}
+        xcoms = {k: v for k, v in returned.items() if k.split("[")[0].endswith(("publish", "snapshot_ddl"))}
+        prepared = {k: v for k, v in returned.items() if k.split("[")[0].endswith("prepare")}
         events = [{"asset": a.name, "uri": a.uri, "extra": e.extra}
                   for e, a in session.query(AssetEvent, AssetModel)
                   .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                   .filter(AssetEvent.source_run_id == run.run_id)]
-    return {"state": run.state, "seconds": seconds, "durations": durations, "tasks": tasks, "xcoms": xcoms, "events": events}
+    return {"state": run.state, "seconds": seconds, "durations": durations, "tasks": tasks, "xcoms": xcoms,
+            "prepared": prepared, "events": events}
 
 
 if __name__ == "__main__":
@@ -163,7 +166,8 @@ def hour_files(server, rds, hour_start: datetime) -> Path:
     return newest
 
 
-def config_text(tmp: Path, webhook: str, spark_mode: str, expectations: Path | None = None, sla: int = 100000) -> str:
+def config_text(tmp: Path, webhook: str, spark_mode: str, expectations: Path | None = None, sla: int = 100000,
+                engine: str = "delta-rs", spark: str = "") -> str:
     q = f'expectations = "{expectations}"\n' if expectations else ""
     email = 'email_to = ["oncall@example.com"]\nemail_from = "binlake@example.com"\n' if expectations else ""
     return f"""
@@ -172,10 +176,12 @@ landing = "{tmp / 'landing'}"
 schemas = "{tmp / 'schemas'}"
 start_date = "2026-01-01T00:00:00Z"
 retries = 0
+engine = "{engine}"
 
 [spark]
 mode = "{spark_mode}"
 master = "local[1]"
+{spark}
 
 [quality]
 {q}
@@ -220,10 +226,22 @@ def scenario(mariadb_servers, tmp_path_factory):
     expectations.write_text(f"tables:\n  {DB}.orders:\n"
                             "    - expect_column_values_to_be_between: {column: amount, min_value: 0}\n")
     configs = {}
-    for key, mode, exp, sla in (("spark", "local", None, 100000), ("plain", "in-process", None, 100000),
-                                ("lag", "in-process", None, 30), ("dq", "in-process", expectations, 100000)):
+    for key, mode, exp, sla in (("plain", "in-process", None, 100000), ("lag", "in-process", None, 30),
+                                ("dq", "in-process", expectations, 100000)):
         path = tmp / f"binlake-{key}.toml"
         path.write_text(config_text(tmp, webhook.url, mode, exp, sla))
+        configs[key] = path
+    # The two Spark modes for the prepare task: `local` (python -m spark_jobs.stage) and `submit` (pyspark's own
+    # spark-submit, master local[1]); the second with a 30 min lag SLA. Their merge runs in the stage process
+    # (delta-rs; with engine = "delta-spark" it would be a Spark job too: test_airflow_jobs.test_stage_commands).
+    from binlake.testing.spark_cluster import spark_home
+
+    if spark_home() is None:
+        pytest.skip("pyspark (its bin/spark-submit) is not installed")
+    submit = f'spark_submit = "{spark_home() / "bin" / "spark-submit"}"\n'
+    for key, mode, sla, extra in (("spark", "local", 100000, ""), ("submit", "submit", 30, submit)):
+        path = tmp / f"binlake-{key}.toml"
+        path.write_text(config_text(tmp, webhook.url, mode, None, sla, spark=extra))
         configs[key] = path
     migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True,
                              text=True, timeout=300)
@@ -242,7 +260,7 @@ def run_dag(scenario, dag_id: str, config: str, logical_date: datetime | None = 
     arg = json.dumps({"dag_id": dag_id, "logical_date": logical_date.isoformat() if logical_date else None,
                       "conf": conf})
     proc = subprocess.run([sys.executable, "-m", "tests.integration.test_airflow_e2e", arg], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, f"{dag_id}: no result (exit {proc.returncode})\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     result = json.loads(lines[-1][len("RESULT "):])
@@ -316,13 +334,22 @@ def test_snapshot_ingest_backfill_and_alert(scenario) -> None:
     ])
     hour_files(server, rds, hours[3])
 
-    # two hourly runs: [h0, h1) decoded by a local Spark job, then [h1, h2) in-process with a 30 min lag SLA
+    # two hourly runs, prepare decoding in a Spark job: [h0, h1) in `local` mode, then [h1, h2) through
+    # spark-submit (`submit` mode) with a 30 min lag SLA
     first = run_dag(scenario, "binlake_ingest", "spark", logical_date=hours[1])
     assert first["state"] == "success", first["log"]
-    assert next(iter(first["xcoms"].values()))["decoded_by"] == "spark"
     assert scenario["webhook"].received == []
-    second = run_dag(scenario, "binlake_ingest", "lag", logical_date=hours[2])
+    second = run_dag(scenario, "binlake_ingest", "submit", logical_date=hours[2])
     assert second["state"] == "success", second["log"]
+    for run, submitted in ((first, False), (second, True)):
+        (summary,) = run["xcoms"].values()
+        (prepared,) = run["prepared"].values()
+        assert prepared["decoded_by"] == "spark" and summary["decoded_by"] == "spark"
+        spark = prepared["spark"]
+        assert (spark["master"], spark["engine"], spark["submitted"]) == ("local[1]", "delta-rs", submitted), spark
+        assert spark["app_id"].startswith("local-")
+        # delta-rs: merge and publish run in the stage process, not as Spark jobs
+        assert summary["merge"]["merged"] and "spark" not in summary["merge"] and "spark" not in summary["publish"]
     for run in (first, second):
         (summary,) = run["xcoms"].values()
         assert summary["batch"] is not None and summary["publish"]["changed_tables"]
