@@ -311,7 +311,7 @@ def _held_back(exc, bar=None) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from .sources.tail import run_tail
+    from .sources.tail_run import run_tail
 
     start_file = None
     if args.start_from:
