@@ -66,8 +66,9 @@ _PRE_V4_TYPES = frozenset({EventType.LOAD, EventType.SLAVE, EventType.CREATE_FIL
 # MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: their precision comes from the schema, not the TABLE_MAP.
 _OLD_TEMPORAL = frozenset(code for code, spec in TYPES.items() if spec.fsp_from_schema)
 # Consecutive rows events of one table and kind are converted together (columnar.convert_pending), up to this many
-# raw fields held at once (about 40 bytes each).
-GROUP_FIELDS = 1 << 18
+# raw fields held at once (about 40 bytes each plus their values): enough values per numpy call for its fixed cost
+# to vanish, few enough that a large transaction decodes in the memory of a small one.
+GROUP_FIELDS = 1 << 16
 
 
 class _Unreadable:
