@@ -680,12 +680,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--public-link", action="store_true", help="download through the public link (default intranet)")
     p.add_argument("--schemas", help="DDL snapshot store or directory of <db>.sql files")
     p.add_argument("--instance", default="default", help="source instance name (snapshot store, control table)")
-    p.add_argument("--engine", default=None, choices=ENGINES, help="delta-rs (default) or delta-spark")
+    p.add_argument("--engine", default=None, choices=ENGINES, help="delta-rs (default; delta-spark with --spark) "
+                   "or delta-spark")
     p.add_argument("--pipeline", default="default", help="pipeline name (part of every commit's app id)")
     p.add_argument("--tables", type=_regex, help="regular expression on db.table to ingest")
     p.add_argument("--databases", help="comma-separated databases to ingest")
     p.add_argument("--split-mb", type=_count(1), default=64, help="decode files larger than this as several ranges")
-    p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured)")
+    p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured) that "
+                   "stage Parquet in the lake; the commits run on the executors too (delta-spark engine)")
     p.add_argument("--helper-tables", action="append", metavar="REGEX",
                    help="table names of online-schema-change helper tables, never listed as lake tables (repeat; "
                    "default: gh-ost's _t_gho/_t_ghc/_t_del and pt-online-schema-change's _t_new/_t_old)")
@@ -1001,6 +1003,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    if getattr(args, "func", None) is cmd_ingest and args.spark and not args.engine:
+        # `ingest --spark`: the executors also write (history appends, merges, gates), so the driver's memory does
+        # not grow with the batch; `--engine delta-rs` keeps the commits in this process.
+        args.engine = "delta-spark"
     if (getattr(args, "engine", None) or "").strip().lower() == "delta-spark":
         _start_delta_spark()
     return args.func(args)

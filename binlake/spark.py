@@ -18,6 +18,7 @@ from pathlib import Path
 from .exitcodes import ExitCode
 from .lake.bootstrap import stage_chunk
 from .lake.engines.base import EngineUnavailable
+from .lake.engines.deltaspark import spark_cause
 from .lake.ingest import run_task
 
 
@@ -170,6 +171,30 @@ class SparkTaskFailed(RuntimeError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+class TaskError:
+    """A decode task's own error, returned instead of raised (Spark would bury it in a Java stack trace): the
+    driver raises it as one line with the error's exit code."""
+
+    def __init__(self, task, exc: BaseException) -> None:
+        _path, self.name, _seq, self.start, self.stop = task
+        self.kind, self.message = type(exc).__name__, " ".join(str(exc).split())[:600]
+        self.exit_code = getattr(exc, "exit_code", ExitCode.BAD_DATA if isinstance(exc, ValueError) else None)
+
+    def error(self) -> SparkTaskFailed:
+        where = f"{self.name} [{self.start}, {'end' if self.stop is None else self.stop})"
+        failed = SparkTaskFailed(f"Spark decode stage failed at {where}: {self.kind}: {self.message}")
+        if self.exit_code is not None:
+            failed.exit_code = self.exit_code
+        return failed
+
+
+def _run_guarded(task, batch, resolver, filters, stage):
+    try:
+        return run_task(task, batch, resolver, filters, stage)
+    except Exception as exc:  # MemoryError is not an Exception: the task fails and Spark reports it
+        return TaskError(task, exc)
+
+
 def _task_failure(exc: BaseException, tasks: list) -> SparkTaskFailed:
     """The one-line error for a failed Spark job of decode tasks (task i of the job is tasks[i])."""
     text = str(exc)
@@ -178,15 +203,8 @@ def _task_failure(exc: BaseException, tasks: list) -> SparkTaskFailed:
     if found and int(found.group(1)) < len(tasks):
         _path, name, _seq, start, stop = tasks[int(found.group(1))]
         where = f" {name} [{start}, {'end' if stop is None else stop})"
-    cause = None
-    for pattern in (r"(java\.lang\.OutOfMemoryError[^\n]*)", r"\n(\w+(?:Error|Exception|Mismatch|Missing)[^\n]*)\n",
-                    r"(ExecutorLostFailure[^\n]*)", r"(SparkException: [^\n]*)"):
-        m = re.search(pattern, text)
-        if m:
-            cause = m.group(1).strip()
-            break
-    cause = " ".join((cause or text.strip().splitlines()[0] if text.strip() else type(exc).__name__).split())
-    return SparkTaskFailed(f"Spark decode stage failed at{where or ' an unknown range'}: {cause[:400]}")
+    cause = spark_cause(exc)
+    return SparkTaskFailed(f"Spark decode stage failed at{where or ' an unknown range'}: {cause}")
 
 
 def spark_executor(spark):
@@ -199,14 +217,17 @@ def spark_executor(spark):
         shared = spark.sparkContext.broadcast((batch, resolver, filters, stage))
         rdd = spark.sparkContext.parallelize(tasks, len(tasks))
         try:
-            return rdd.map(lambda task: run_task(task, *shared.value)).collect()
+            results = rdd.map(lambda task: _run_guarded(task, *shared.value)).collect()
         except Exception as exc:
-            if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException") and \
-                    "Job aborted" not in str(exc):
+            if not type(exc).__module__.startswith(("py4j", "pyspark")):
                 raise
             raise _task_failure(exc, tasks) from None
         finally:
             shared.unpersist()
+        for failed in results:
+            if isinstance(failed, TaskError):
+                raise failed.error()
+        return results
 
     return run
 

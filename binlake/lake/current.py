@@ -21,10 +21,13 @@ from ..schema.binlog_types import table_map_for
 from ..schema.evolve import column_mapping, default_value
 from ..schema.model import TableDef, expression_key
 from .convert import arrow_type
+from .crashpoints import crash_point
 from .engines import DELETED, SEQ, ColumnChange, tombstone_path
 from .engines.schema_change import apply_changes
+from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
 from .history import META_NAMES
+from .staging import StagedSegment
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
 SEQ_FILE_SHIFT = 40
@@ -74,6 +77,17 @@ def in_order(history: pa.Table) -> bool:
 def current_schema(tm: TableMap) -> pa.Schema:
     fields = [pa.field(c.key, arrow_type(c)) for c in tm.columns]
     return pa.schema([*fields, pa.field("_commit_ts", pa.timestamp("us", tz="UTC"))])
+
+
+def merge_schema(tm: TableMap) -> pa.Schema:
+    """The schema of merge_input's result for a version: the current table's columns, `_seq`, `_deleted`."""
+    return pa.schema([*current_schema(tm), pa.field(SEQ, pa.int64()), pa.field(DELETED, pa.bool_())])
+
+
+def table_schema(engine, path: str) -> pa.Schema:
+    """A Delta table's schema, without reading its rows where the engine can tell it alone."""
+    getter = getattr(engine, "table_schema", None)
+    return getter(path) if getter is not None else engine.read(path).schema
 
 
 def key_names(tm: TableMap) -> list[str]:
@@ -225,9 +239,10 @@ class BackfillError(ValueError):
 def newest_seq(engine, path: str) -> int | None:
     """The newest `_seq` a current table has applied (its rows' and its tombstones'); None for no table."""
     out = None
+    largest = getattr(engine, "column_max", None)  # delta-spark: an aggregate on the executors
     for p in (path, tombstone_path(path)):
         if engine.exists(p):
-            top = pc.max(engine.read(p, columns=[SEQ]).column(SEQ)).as_py()
+            top = largest(p, SEQ) if largest is not None else pc.max(engine.read(p, columns=[SEQ]).column(SEQ)).as_py()
             if top is not None and (out is None or top > out):
                 out = top
     return out
@@ -235,7 +250,7 @@ def newest_seq(engine, path: str) -> int | None:
 
 def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, table_schema: pa.Schema,
                    newest: int | None, ddl_time: str | None = None,
-                   warnings: list[str] | None = None) -> tuple[pa.Table, list[str]] | None:
+                   warnings: list[str] | None = None, span=None) -> tuple[pa.Table, list[str]] | None:
     """A segment whose schema version is not the one the current table mirrors, seen from the table.
 
     Returns None when the segment is newer than every change the table holds: the source's schema moved on, and
@@ -250,8 +265,11 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     """
     if data.num_rows == 0 or newest is None:
         return None
-    seqs = data.column(SEQ)
-    first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
+    if isinstance(data, StagedSegment):  # rows still staged: the engine that will reduce them tells their span
+        first, last = span(data)
+    else:
+        seqs = data.column(SEQ)
+        first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
     if first > newest:
         return None
     if last > newest:
@@ -267,6 +285,15 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     target.schema_version = table_def.fingerprint()
     values = [c.key for c in tm.columns]
     changes = schema_changes(values, tm.schema, target, data.schema, ddl_time, warnings)
+    if isinstance(data, StagedSegment):  # evolved where the engine reduces the rows (mapInArrow)
+        evolved = plan_schema(data.schema, changes)
+        missing = [f.name for f in table_schema if f.name not in evolved.names and f.name not in (SEQ, DELETED)]
+        if missing:
+            raise BackfillError(f"{tm.qualified_name}: evolved rows lack the table's columns {missing}")
+        names = [f.name for f in table_schema if f.name in evolved.names]
+        names += [c for c in (SEQ, DELETED) if c not in names]
+        return data.evolved(changes, pa.schema([table_schema.field(c) if c in table_schema.names else
+                                                evolved.field(c) for c in names])), key_names(target)
     try:
         rows = pa.Table.from_batches([apply_changes(b, changes) for b in data.to_batches()])
     except Exception as exc:  # EngineError from a conversion the ALTER could not have done
@@ -301,18 +328,19 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
         recorded, table_def = registry.get(name)
         rows, keys, evolved = data, key_names(tm), False
         if engine.exists(path) and recorded is not None and recorded != version:
-            current = engine.read(path).schema
+            current = table_schema(engine, path)
             # A table already in this segment's layout was altered by an earlier attempt of this batch (the
             # registry advances only at the batch end): the alter path then replays as a no-op.
             fresh = not _has_layout(current, tm)
-            backfill = (backfill_input(data, tm, table_def, current, newest_seq(engine, path), None, warnings)
-                        if fresh else None)
+            backfill = (backfill_input(data, tm, table_def, current, newest_seq(engine, path), None, warnings,
+                                       getattr(engine, "staged_span", None)) if fresh else None)
             if backfill is not None:
                 (rows, keys), evolved = backfill, True
             else:
                 alter_to(engine, path, current, table_def, tm, app, batch * 1000 + step, warnings)
                 step += 1
         engine.merge(path, rows, keys, app, batch * 1000 + step)
+        crash_point("merge")
         step += 1
         merges += 1
         if not evolved:

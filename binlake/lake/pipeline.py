@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 
 from ..schema.api import build_resolver
 from .control import ControlTable
-from .current import key_names, merge_input, segments
+from .crashpoints import crash_point
+from .current import key_names, merge_input, merge_schema, segments
 from .current import merge_segments as _merge_segments
 from .decode_task import RangeResult
 from .engines import DELETED, SEQ, DeltaEngine, EngineError, EngineUnavailable, get_engine, tombstone_path
@@ -58,7 +59,7 @@ from .lifecycle import LifecycleRun, lifecycle_held, split_entries
 from .pending import BatchQuarantined, BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
-from .staging import drop_stage
+from .staging import StagedSegment, drop_stage, entry_pieces, read_piece, staged_segments
 
 __all__ = [
     "BatchQuarantined",
@@ -156,6 +157,7 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     drop_stage(stage)  # pieces a killed earlier attempt at this batch left (it never saved a manifest)
     results = executor(tasks, batch, resolver, (opts.tables, opts.databases), stage)
     seconds["decode"] = time.perf_counter() - t0
+    crash_point("decoded")
 
     pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat())
     histories, table_maps = _collect(results, pb)
@@ -296,6 +298,13 @@ def hold_table(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: P
 
 def _first_change(store: BatchStore, pb: PendingBatch, info: dict) -> tuple[str | None, int | None]:
     """File and position of the table's first change in the batch (`info`: its entry in pb.tables)."""
+    pieces = entry_pieces(info)
+    if pieces:  # staged: the first piece's earliest row, two columns read
+        first = min(pieces, key=lambda p: p["min_seq"])
+        rows = read_piece(store.stage(pb.batch), first, info.get("seq_from"), info.get("seq_to"),
+                          ["_binlog_file", "_pos"]).sort_by("_pos")
+        return (rows.column("_binlog_file")[0].as_py(), rows.column("_pos")[0].as_py()) if rows.num_rows else \
+            (None, None)
     try:
         history = store.read_history(PendingBatch(pb.batch, pb.pipeline, tables={"t": info}), "t")
     except (OSError, KeyError):
@@ -366,6 +375,7 @@ def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, 
             pb.committed.setdefault(name, {})["history"] = appended or pb.committed.get(name, {}).get("history",
                                                                                                       False)
             progress(f"{name}: {info['rows']} history rows {'appended' if appended else 'already committed'}")
+            crash_point("history")
             continue
         history = histories[name] if histories is not None else store.read_history(pb, name)
         if info.get("append_from"):  # a catch-up batch: rows of pieces whose history is already appended first
@@ -433,6 +443,10 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
             continue
         try:
             versions = table_maps[name][0]
+            if "staged" in info and hasattr(engine, "staged_span"):
+                # The engine reduces and merges the staged rows where they are (delta-spark: on the executors).
+                plans[name] = staged_segments(store.stage(pb.batch), info, versions, merge_schema)
+                continue
             history = store.read_history(pb, name)
             plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))
                            for seg in segments(history)]
@@ -502,6 +516,7 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     for name in sorted({pb.tables[e].get("name", e) for e in plans if e in pb.tables} | set(pb.schema_end)):
         if name not in pb.held:
             _record_columns(engine, layout, registry, name, notes.get(name, []), pb)
+    crash_point("merged")
     registry.commit(batch)
     run.commit()
     pb.gates["merge"] = {"done": True}
@@ -564,7 +579,8 @@ def _above_floor(plan: list[tuple], floor: int | None) -> list[tuple]:
     """The plan without changes older than the table's last TRUNCATE (or its creation): they never reach it."""
     if floor is None:
         return plan
-    return [(v, tm, data.filter(pc.greater_equal(data.column(SEQ), floor))) for v, tm, data in plan]
+    return [(v, tm, data.above(floor) if isinstance(data, StagedSegment) else
+             data.filter(pc.greater_equal(data.column(SEQ), floor))) for v, tm, data in plan]
 
 
 def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: list[tuple],
@@ -577,6 +593,12 @@ def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: 
     out: dict = {"version": engine.version(path) if exists else None, "count": 0, "inserts": None, "deletes": None}
     if lifecycle:
         return out  # renamed, truncated or dropped in the batch: the count reconciliation is not evaluated
+    if any(isinstance(data, StagedSegment) for _v, _tm, data in plan):
+        # Staged rows: the engine computes the figures where the rows are (delta-spark: joins and aggregates).
+        figures = engine.net_change_figures(path, [data for _v, _tm, data in plan])
+        if figures is not None:
+            out.update(figures)
+        return out
     net = net_changes(plan)
     if net is None:
         return out  # keys renamed in the batch: the count reconciliation is not evaluated
@@ -619,6 +641,7 @@ def publish_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = 
     if not pb.gates.get("merge", {}).get("done"):
         raise StageOrderError(f"batch {batch}: publish_batch before merge_batch finished")
     _require_gate(opts, pb, "after", "publish_batch")
+    crash_point("publish")
     if not pb.catchup:  # a catch-up batch re-reads published files: the watermark stays
         ControlTable(engine, layout).record(pb.file_states(), batch)
     pb.state = "published"

@@ -16,7 +16,7 @@ from ..schema.binlog_types import table_map_for
 from ..schema.guard import apply_version
 from ..schema.model import TableDef
 from ..schema.timeline import Key, SchemaTimeline, TableVersion
-from .current import alter_to, event_seq, newest_seq
+from .current import alter_to, event_seq, newest_seq, table_schema
 
 
 def end_key(files: list[dict]) -> Key | None:
@@ -96,7 +96,7 @@ def apply_end_versions(engine, layout, registry, schema_end: dict[str, dict], ba
         if newest is not None and event_seq(*end["ddl"]["key"]) <= newest:
             continue  # the table holds changes made after this DDL: it is already past it
         tm = end_table_map(end)
-        if alter_to(engine, path, engine.read(path).schema, table_def, tm,
+        if alter_to(engine, path, table_schema(engine, path), table_def, tm,
                     layout.app_id("current", end["database"], end["table"]), batch * 1000 + first_step.get(name, 0),
                     warnings):
             altered.append(name)

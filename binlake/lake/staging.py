@@ -20,6 +20,8 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -173,3 +175,54 @@ def drop_stage(stage: str) -> None:
     fs, root = _fs(stage)
     if fs.get_file_info(root).type == pafs.FileType.Directory:
         fs.delete_dir(root)
+
+
+@dataclass
+class StagedSegment:
+    """One merge segment of a staged table (the rows of one schema version run, binlake.lake.current) left where it
+    is: an engine that computes merge input itself (delta-spark: executors read the pieces, reduce them to one
+    row per key and merge) takes it in place of an Arrow table. `schema` is the merge input's (the current
+    table's columns, `_seq`, `_deleted`); `changes` evolve the rows forward when the segment is a backfill."""
+
+    stage: str
+    pieces: list[dict]
+    version: str | None
+    lo: int | None  # first seq (inclusive)
+    hi: int | None  # last seq (exclusive)
+    table_map: Any  # the version's TableMap (columns, key)
+    schema: pa.Schema  # the merge input's schema (after `changes`)
+    keys: list[str]  # the version's key: one row per key after the reduction
+    changes: list = field(default_factory=list)  # ColumnChanges evolving the reduced rows (a backfill)
+    base_schema: pa.Schema | None = None  # the merge input's schema before `changes` (None: `schema`)
+
+    @property
+    def num_rows(self) -> int:
+        """An upper bound of the rows (0 only when the segment surely has none)."""
+        return sum(p["rows"] for p in self.pieces if in_bounds(p, self.lo, self.hi))
+
+    def above(self, floor: int) -> StagedSegment:
+        """The segment without changes older than `floor`."""
+        return replace(self, lo=floor if self.lo is None else max(self.lo, floor))
+
+    def evolved(self, changes: list, schema: pa.Schema) -> StagedSegment:
+        """The segment's rows evolved forward by `changes` (a backfill), then cast to `schema`."""
+        return replace(self, changes=[*self.changes, *changes], schema=schema,
+                       base_schema=self.base_schema or self.schema)
+
+
+def staged_segments(stage: str, info: dict, versions: dict, merge_schema) -> list[tuple]:
+    """A staged batch entry's merge segments in binlog order: (version, TableMap, StagedSegment), from its schema
+    version runs. `merge_schema(tm)` is the merge input's schema of a version."""
+    lo, hi = info.get("seq_from"), info.get("seq_to")
+    out = []
+    for version, first, last in info.get("runs", []):
+        a = first if lo is None else max(first, lo)
+        b = last + 1 if hi is None else min(last + 1, hi)
+        if a >= b:
+            continue
+        tm = versions[version]
+        pieces = [p for p in entry_pieces(info) if p["version"] == version and in_bounds(p, a, b)]
+        schema = merge_schema(tm)
+        keys = [tm.columns[i].key for i in (tm.primary_key or [])]
+        out.append((version, tm, StagedSegment(stage, pieces, version, a, b, tm, schema, keys)))
+    return out

@@ -34,9 +34,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..exitcodes import ExitCode
-from ..lake.current import current_schema, merge_input, segments
+from ..lake.current import current_schema, merge_input, merge_schema, segments
 from ..lake.engines import SEQ
 from ..lake.ingest import TableRegistry
+from ..lake.staging import staged_segments
 from ..settings import QualityConfig
 from .config import UserExpectation, expectation_class, load_expectations
 from .runner import Check, ExpectationResult, ensure_context, validate
@@ -105,8 +106,10 @@ def _keys(tm) -> list[str]:
 
 # -- before merge -------------------------------------------------------------------------------------------
 
-def before_merge_gate(pb, store, opts) -> GateReport:
-    """Run every before-merge expectation on the pending batch `pb` (binlake.lake.pending)."""
+def before_merge_gate(pb, store, opts, engine=None) -> GateReport:
+    """Run every before-merge expectation on the pending batch `pb` (binlake.lake.pending). A table whose rows
+    are staged (binlake.lake.staging) is checked where they are when `engine` reads staged rows as Spark
+    DataFrames (delta-spark): Great Expectations' Spark execution engine and aggregates, nothing collected."""
     t0 = time.perf_counter()
     config: QualityConfig = opts.quality
     user = load_expectations(config.expectations)
@@ -117,6 +120,10 @@ def before_merge_gate(pb, store, opts) -> GateReport:
     ranges = {f["file_seq"]: (f["start_pos"], f["end_pos"]) for f in pb.files}
     for name, info in sorted(pb.tables.items()):
         versions, last_tm = table_maps[name]
+        if "staged" in info and hasattr(engine, "staged_frame"):
+            report.results += _staged_checks(engine, store.stage(pb.batch), name, info, versions, last_tm, ranges,
+                                             user.get(name, []), tally, pb, config)
+            continue
         history = store.read_history(pb, name)
         keys = _keys(last_tm) if info["has_pk"] else []
         report.results += _history_checks(name, history, versions, keys, ranges, user.get(name, []), config)
@@ -230,6 +237,70 @@ def _tally_checks(name: str, history: pa.Table, tally: dict, config: QualityConf
                     BEFORE, name, config.sample_size)
 
 
+def _staged_checks(engine, stage: str, name: str, info: dict, versions: dict, last_tm, ranges: dict,
+                   user: list[UserExpectation], tally: dict, pb, config: QualityConfig) -> list[ExpectationResult]:
+    """The before-merge checks of one staged table on Spark DataFrames (the same expectations as the Arrow path:
+    _history_checks, the one-row-per-key reduction, _tally_checks, _problem_checks); the engine builds the frames
+    and the small aggregates (delta-spark's gate_inputs), nothing is collected but figures."""
+    import pandas as pd
+
+    e = _gx()
+    keys = _keys(last_tm) if info["has_pk"] else []
+    server_named = any(v is None and tm.names_from_server for v, tm in versions.items())
+    other: dict[tuple, list] = {}
+    for v, tm in versions.items():
+        if v is not None and keys and _keys(tm) != keys:
+            other.setdefault(tuple(_keys(tm)), []).append(v)
+    by_key: dict[tuple, list] = {}
+    if keys:
+        for i, (_v, tm, seg) in enumerate(staged_segments(stage, info, versions, merge_schema)):
+            by_key.setdefault(tuple(_keys(tm)), []).append((i, seg))
+    got = engine.gate_inputs(stage, info, server_named, [list(vs) for vs in other.values()], by_key)
+    key_checks = [Check("pk_not_null", f"primary key column {k} is not null",
+                        e.ExpectColumnValuesToNotBeNull(column=k)) for k in keys]
+    checks = [Check("seq_increasing", "change positions strictly increase within each file",
+                    e.ExpectCompoundColumnsToBeUnique(column_list=ORDER_COLUMNS)),
+              Check("schema_version", "every row was named by a schema version",
+                    e.ExpectColumnValuesToNotBeNull(column="_named_by"))]
+    if other:
+        results = validate(got["current_key_rows"], key_checks, BEFORE, name, config.sample_size)
+        for (old_keys, vs), rows in zip(other.items(), got["old_key_rows"], strict=True):
+            results += validate(rows, [
+                Check("pk_not_null", f"primary key column {k} (schema versions {', '.join(vs)}) is not null",
+                      e.ExpectColumnValuesToNotBeNull(column=k)) for k in old_keys], BEFORE, name, config.sample_size)
+        results += validate(got["data"], checks, BEFORE, name, config.sample_size)
+    else:
+        results = validate(got["data"], key_checks + checks, BEFORE, name, config.sample_size)
+    spans = got["spans"]  # (file_seq, first position, last position) per file
+    spans_frame = pd.DataFrame({
+        "file_seq": [r[0] for r in spans], "first_pos": [r[1] for r in spans], "last_pos": [r[2] for r in spans],
+        "range_start": [ranges.get(r[0], (None, None))[0] for r in spans],
+        "range_end": [ranges.get(r[0], (None, None))[1] for r in spans]})
+    results += validate(spans_frame, [
+        Check("seq_increasing", "first change position of each file at or after the range start",
+              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_pos", column_B="range_start",
+                                                        or_equal=True)),
+        Check("seq_increasing", "last change position of each file before the range end",
+              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="range_end", column_B="last_pos"))],
+        BEFORE, name, config.sample_size)
+    if user:
+        user_checks = [Check(f"user:{u.name}", "user expectation (schemas/expectations)",
+                             expectation_class(u.name)(**u.kwargs)) for u in user]
+        results += validate(got["non_deletes"], user_checks, BEFORE, name, config.sample_size)
+    for seg_keys, frame in got["key_frames"].items():
+        results += validate(frame, [Check("one_row_per_key", "one row per key after the net-change reduction",
+                                          _unique(["_segment", *seg_keys]))], BEFORE, name, config.sample_size)
+    written = got["ops"]
+    ops = sorted(set(written) | {op for t, op in tally if t == name})
+    frame = pd.DataFrame({"op": ops, "written": [written.get(op, 0) for op in ops],
+                          "tally": [tally.get((name, op), 0) for op in ops]})
+    results += validate(frame, [Check("history_tally", "history rows per op equal the decoder's own count",
+                                      e.ExpectColumnPairValuesToBeEqual(column_A="written", column_B="tally"))],
+                        BEFORE, name, config.sample_size)
+    results += _problem_checks(name, info, pb, config)
+    return results
+
+
 def _dml_targets(query: str, database: str | None) -> set[tuple[str, str]] | None:
     """The tables a statement-based DML writes, when sqlglot can tell for sure; None when it cannot."""
     import sqlglot
@@ -332,13 +403,12 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
                 schema = _table_schema(engine, path)
                 keys = [k for k in keys if k in schema.names]
                 if keys:
-                    frame = engine.read(path, keys).to_pandas()
+                    frame, _rows, _newest = _current(engine, path, keys)
                     report.results += validate(frame, [Check("pk_unique", "primary key unique in the current table",
                                                              _unique(keys))], AFTER, name, config.sample_size)
             continue
         schema = _table_schema(engine, path)
-        current = engine.read(path, [c for c in [*keys, "_commit_ts"] if c in schema.names])
-        frame = current.to_pandas()
+        frame, rows, newest = _current(engine, path, [c for c in [*keys, "_commit_ts"] if c in schema.names])
         results = validate(frame, [Check("pk_unique", "primary key unique in the current table", _unique(keys))],
                            AFTER, name, config.sample_size)
         results += validate(pd.DataFrame({c: [] for c in schema.names}), [Check(
@@ -355,14 +425,13 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
         pre = pb.premerge.get("tables", {}).get(name, {})
         if pre.get("inserts") is not None:
             want = pre["count"] + pre["inserts"] - pre["deletes"]
-            figures = pd.DataFrame({"rows": [current.num_rows], "expected": [want]})
+            figures = pd.DataFrame({"rows": [rows], "expected": [want]})
             results += validate(figures, [Check(
                 "count_reconciles", f"rows = {pre['count']} before + {pre['inserts']} net inserts - "
                 f"{pre['deletes']} net deletes", e.ExpectColumnPairValuesToBeEqual(column_A="rows",
                                                                                   column_B="expected"))],
                 AFTER, name, config.sample_size)
-        if config.max_lag_seconds is not None and current.num_rows:
-            newest = pc.max(current.column("_commit_ts")).as_py()
+        if config.max_lag_seconds is not None and rows and newest is not None:
             lag = (batch_end - newest).total_seconds()
             results += validate(pd.DataFrame({"lag_seconds": [lag]}), [Check(
                 "freshness", f"newest _commit_ts ({newest.isoformat()}) within {config.max_lag_seconds:g} s of the "
@@ -372,6 +441,17 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
         report.results += results
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _current(engine, path: str, columns: list[str]) -> tuple[object, int, datetime | None]:
+    """A current table's columns to validate (a Spark DataFrame when the engine reads them as one: Great
+    Expectations' Spark engine then runs on the executors), its row count and newest `_commit_ts`."""
+    figures = getattr(engine, "table_figures", None)
+    if figures is not None:  # delta-spark: a DataFrame, its count and newest commit by aggregates
+        return figures(path, columns)
+    table = engine.read(path, columns)
+    newest = pc.max(table.column("_commit_ts")).as_py() if "_commit_ts" in columns and table.num_rows else None
+    return table.to_pandas(), table.num_rows, newest
 
 
 def _table_schema(engine, path: str) -> pa.Schema:

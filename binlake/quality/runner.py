@@ -52,7 +52,7 @@ class ExpectationResult:
 
 
 @cache
-def _batch_definition():
+def _context():
     import great_expectations as gx
 
     context = gx.get_context(mode="ephemeral")
@@ -62,8 +62,24 @@ def _batch_definition():
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
     except Exception:  # older/newer layouts: progress bars are cosmetic
         pass
-    source = context.data_sources.add_pandas("binlake")
+    return context
+
+
+@cache
+def _batch_definition():
+    source = _context().data_sources.add_pandas("binlake")
     return source.add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole")
+
+
+@cache
+def _spark_batch_definition():
+    """Spark DataFrames are validated by Great Expectations' Spark execution engine, on the executors."""
+    source = _context().data_sources.add_spark("binlake_spark")
+    return source.add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole")
+
+
+def is_spark_frame(frame) -> bool:
+    return type(frame).__module__.startswith("pyspark.")
 
 
 def ensure_context() -> None:
@@ -79,12 +95,15 @@ def _plain(value: Any) -> Any:
 
 
 def validate(frame, checks: list[Check], stage: str, table: str, sample_size: int = 20) -> list[ExpectationResult]:
-    """Run `checks` on the pandas data frame `frame`; one result per check, in order."""
+    """Run `checks` on the pandas data frame `frame` (or a Spark DataFrame: then on Spark's executors); one result
+    per check, in order."""
     import great_expectations as gx
 
     if not checks:
         return []
     batch_definition = _batch_definition()  # creates the context, which suites need
+    if is_spark_frame(frame):
+        batch_definition = _spark_batch_definition()
     suite = gx.ExpectationSuite(name=f"binlake {stage} {table}")
     for i, check in enumerate(checks):
         check.expectation.meta = {**(check.expectation.meta or {}), "binlake_check": i}

@@ -68,7 +68,7 @@ def gate_before_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | Non
     pb = load_batch(store, batch)
     hold_partial_images(engine, layout, store, pb)
     _import_gx(pb)
-    report = before_merge_gate(pb, store, opts)
+    report = before_merge_gate(pb, store, opts, engine)
     record_report(engine, layout, pb, report)
     pb.gates["before"] = {"runs": pb.gates.get("before", {}).get("runs", 0) + 1, "passed": report.success}
     pb.seconds["gate before merge"] = report.seconds

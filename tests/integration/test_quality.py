@@ -27,6 +27,7 @@ from binlake.quality.gates import GateFailed
 from binlake.quality.quarantine import quarantined, release_batch
 from binlake.quality.stages import run_ingest
 from binlake.settings import AlertConfig, QualityConfig
+from tests.conftest import skip_or_fail
 
 DB = "quality_db"
 
@@ -646,3 +647,69 @@ def test_bootstrap_refuses_while_a_batch_is_unpublished(server, tmp_path) -> Non
     batch = pipeline.prepare_batch(opts)
     with pytest.raises(BootstrapError, match=f"batch {batch} of pipeline 'default' is still prepared"):
         run_bootstrap(server.uri, [(DB, "boot_wait")], str(tmp_path / "lake"))
+
+
+def test_gates_run_on_spark_dataframes_with_delta_spark_and_a_failure_quarantines(server, tmp_path, spark,
+                                                                                    webhook) -> None:
+    """With the Spark executor and the delta-spark engine the decoded rows stay staged in the lake and the gates
+    validate Spark DataFrames (Great Expectations' Spark execution engine and aggregates): a clean batch passes
+    every check, a failing user expectation quarantines the next batch (current table untouched, its history
+    kept), and released under a corrected rule it merges once."""
+    from binlake.lake.engines.deltaspark import DeltaSparkEngine, available
+    from binlake.spark import spark_executor
+
+    ok, reason = available(spark)
+    if not ok:
+        skip_or_fail(f"delta-spark: {reason}")
+    engine, executor = DeltaSparkEngine(spark), spark_executor(spark)
+    first = server.binlog_files()[-1].name
+    write(server, ["CREATE TABLE sgate (id INT PRIMARY KEY, amount INT, status VARCHAR(10))",
+                   *[f"INSERT INTO sgate VALUES ({i}, {i * 3}, 'new')" for i in range(30)],
+                   "UPDATE sgate SET status = 'paid' WHERE id < 8", "DELETE FROM sgate WHERE id >= 27",
+                   "UPDATE sgate SET id = 100 WHERE id = 12"])
+    lake = tmp_path / "lake"
+    rules = tmp_path / "expectations.json"
+    rules.write_text(json.dumps({"tables": {f"{DB}.sgate": [
+        {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 100}},
+        {"expect_column_values_to_be_in_set": {"column": "status", "value_set": ["new", "paid"]}}]}}))
+    files = new_files(server, first)
+    opts = options(lake, files, "sgate", webhook, max_lag_seconds=3600, expectations=str(rules))
+    prepared = []
+
+    def watching(tasks, batch, resolver, filters, stage=None):
+        prepared.append(stage)
+        return executor(tasks, batch, resolver, filters, stage)
+
+    summary = run_ingest(opts, executor=watching, engine=engine)
+    assert summary.batch == 0 and prepared
+    assert without_meta(current(lake, "sgate")) == server_rows(server, "sgate")
+    results = read_validations(get_engine(), str(lake)).to_pylist()
+    assert results and all(r["success"] for r in results), [r for r in results if not r["success"]]
+    gates = {(r["stage"], r["gate"]) for r in results}
+    for gate in ("pk_not_null", "one_row_per_key", "seq_increasing", "schema_version", "history_tally",
+                 "user:expect_column_values_to_be_between", "user:expect_column_values_to_be_in_set"):
+        assert ("before merge", gate) in gates, gate
+    for gate in ("pk_unique", "count_reconciles", "columns_match", "freshness"):
+        assert ("after merge", gate) in gates, gate
+    assert not (lake / "_binlake" / "staging" / "default" / "0").exists()  # dropped once published
+
+    before_rows, before_control = current(lake, "sgate"), control_rows(lake)
+    second = server.binlog_files()[-1].name
+    write(server, ["INSERT INTO sgate VALUES (60, 5000, 'new')", "UPDATE sgate SET amount = 7 WHERE id = 1",
+                   "DELETE FROM sgate WHERE id = 2"])
+    files = files + [f for f in new_files(server, second) if f not in files]
+    opts = options(lake, files, "sgate", webhook, max_lag_seconds=3600, expectations=str(rules))
+    with pytest.raises(GateFailed) as failed:
+        run_ingest(opts, executor=executor, engine=engine)
+    assert failed.value.batch == 1 and "5000" in str(failed.value)
+    pb = BatchStore(str(lake)).load(1)
+    assert "staged" in pb.tables[f"{DB}.sgate"]  # the gate read staged rows: the Spark path
+    assert current(lake, "sgate") == before_rows
+    assert_quarantined(lake, 1, before_control, "user:expect_column_values_to_be_between", webhook, "sgate")
+    during = history_ops(lake, "sgate")
+    rules.write_text(json.dumps({"tables": {f"{DB}.sgate": [
+        {"expect_column_values_to_be_between": {"column": "amount", "min_value": 0, "max_value": 10000}}]}}))
+    release_batch(opts, 1)
+    assert run_ingest(opts, executor=executor, engine=engine).batch == 1
+    assert without_meta(current(lake, "sgate")) == server_rows(server, "sgate")
+    assert history_ops(lake, "sgate") == during

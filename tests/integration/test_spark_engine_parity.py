@@ -98,3 +98,4 @@ def test_delta_spark_lake_equals_delta_rs_lake(mariadb_minimal, spark, tmp_path)
     names = set(delta_tables(rs_lake))
     db, db2 = dbs
     assert {f"{db}/y__history__g2", f"{db}/g__history__g2", f"{db2}/t", f"{db2}/t__history"} <= names, names
+

@@ -30,20 +30,36 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from functools import reduce
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from ..staging import SEQ_FILE_SHIFT, entry_pieces, piece_location, unified_schema
-from .base import ColumnChange, EngineError, EngineUnavailable, HistoryEntry, check_batch, is_committed
+from ..crashpoints import crash_point
+from ..staging import SEQ_FILE_SHIFT, StagedSegment, entry_pieces, piece_location, unified_schema
+from .base import (
+    DELETED,
+    SEQ,
+    ColumnChange,
+    EngineError,
+    EngineUnavailable,
+    HistoryEntry,
+    MergeInputError,
+    check_batch,
+    is_committed,
+)
 from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
-from .mergeplan import MergeSpec, quote
+from .mergeplan import MergeSpec, current_spec, delete_older_spec, quote, tombstone_spec
 from .schema_change import apply_changes, plan, renamed
 from .tombstones import (
+    check_merge_columns,
     copy_with_tombstones,
     merge_with_tombstones,
     replace_schema_with_tombstones,
+    role_app_id,
+    tombstone_path,
 )
 
 T = TypeVar("T")
@@ -131,6 +147,42 @@ def _conform(col, have, want):
                                     f.dataType).alias(f.name) for f in want.fields])
         return F.when(col.isNull(), F.lit(None).cast(want)).otherwise(inner)
     return col.cast(want) if have != want else col
+
+
+def spark_cause(exc: BaseException) -> str:
+    """The cause of a failed Spark job in one line: the executor's exception, an OutOfMemoryError, a lost
+    executor, else the first line of the error."""
+    text = str(exc)
+    for pattern in (r"(java\.lang\.OutOfMemoryError[^\n]*)", r"(ExecutorLostFailure[^\n]*)",
+                    r"\n(\w+(?:Error|Exception|Mismatch|Missing): [^\n]*)\n", r"(SparkException: [^\n]*)"):
+        m = re.search(pattern, text)
+        if m:
+            return " ".join(m.group(1).split())[:400]
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return " ".join(first.split())[:400]
+
+
+class SparkStageFailed(EngineUnavailable):
+    """A Spark job of a commit stage failed (an executor's error, out of memory, a lost executor): one line naming
+    the stage, the table and the binlog positions. Nothing of it is committed; a re-run converges."""
+
+
+@contextmanager
+def _stage(stage: str, path: str, pieces: list[dict]):
+    """Spark failures inside a staged commit as one line (binlake's own errors pass through)."""
+    try:
+        yield
+    except (EngineError, ValueError, TypeError, KeyError):
+        raise
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("py4j", "pyspark")):
+            raise
+        seqs = [(p["min_seq"], p["max_seq"]) for p in pieces] or [(0, 0)]
+        lo, hi = min(a for a, _ in seqs), max(b for _, b in seqs)
+        where = (f"file seq {lo >> SEQ_FILE_SHIFT} pos {lo & ((1 << SEQ_FILE_SHIFT) - 1)} to file seq "
+                 f"{hi >> SEQ_FILE_SHIFT} pos {hi & ((1 << SEQ_FILE_SHIFT) - 1)}")
+        raise SparkStageFailed(f"Spark {stage} stage failed for {path} (changes at {where}): "
+                               f"{spark_cause(exc)}") from None
 
 
 class DeltaSparkEngine:
@@ -233,6 +285,42 @@ class DeltaSparkEngine:
 
         return to_arrow_schema(self.spark.read.format("delta").load(str(path)).schema, timezone="UTC")
 
+    def table_figures(self, path: str, columns: list[str]):
+        """Some columns of a table as a DataFrame (the after-merge gate validates it on the executors), its row
+        count and newest `_commit_ts` (aggregates; None without that column)."""
+        from pyspark.sql import functions as F
+
+        df = self.spark.read.format("delta").load(str(path)).select(*[F.col(quote(c)) for c in columns])
+        newest = F.max(F.unix_micros(F.col("_commit_ts"))) if "_commit_ts" in columns else F.lit(None)
+        got = df.agg(F.count(F.lit(1)), newest).first()
+        return df, got[0], (datetime.fromtimestamp(got[1] / 1e6, UTC) if got[1] is not None else None)
+
+    def gate_inputs(self, stage: str, info: dict, server_named: bool, old_versions: list[list[str]],
+                    key_groups: dict[tuple, list[tuple[int, StagedSegment]]]) -> dict:
+        """What the before-merge gate checks on a staged table, as DataFrames and small aggregates: `data` (the
+        history with `_named_by`: its schema version, 'server' for server-named rows when `server_named`),
+        `current_key_rows` / `old_key_rows` (rows of the other versions' key, per entry of `old_versions`),
+        `non_deletes`, `spans` [(file seq, first, last position)], `ops` {op: rows}, `key_frames` {keys: each
+        segment's reduced keys with `_segment`}."""
+        from pyspark.sql import functions as F
+
+        history = self.staged_frame(stage, info)
+        named = F.col("_schema_version")
+        data = history.withColumn("_named_by", F.coalesce(named, F.lit("server")) if server_named else named)
+        olds = [v for vs in old_versions for v in vs]
+        spans = data.groupBy("_file_seq").agg(F.min("_pos"), F.max("_pos")).collect()
+        key_frames = {}
+        for keys, segs in key_groups.items():
+            parts = [self.merge_frame(seg).select(*[F.col(quote(k)) for k in keys]).withColumn("_segment", F.lit(i))
+                     for i, seg in segs]
+            key_frames[keys] = reduce(lambda a, b: a.unionByName(b), parts)
+        return {"data": data, "current_key_rows": data.where(~F.col("_named_by").isin(olds)),
+                "old_key_rows": [data.where(F.col("_named_by").isin(vs)) for vs in old_versions],
+                "non_deletes": data.where(F.col("_op") != "delete"),
+                "spans": [(r[0], r[1], r[2]) for r in spans],
+                "ops": {r["_op"]: r["count"] for r in history.groupBy("_op").count().collect()},
+                "key_frames": key_frames}
+
     def read(self, path: str, columns: list[str] | None = None) -> pa.Table:
         from pyspark.sql import functions as F
 
@@ -298,8 +386,6 @@ class DeltaSparkEngine:
     def staged_frame(self, stage: str, info: dict, schema: pa.Schema | None = None):
         """A batch entry's staged history pieces (binlake.lake.staging) as one DataFrame read by the executors:
         each piece conformed to the entries' unified schema, rows outside the entry's seq bounds left out."""
-        from functools import reduce
-
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -343,13 +429,15 @@ class DeltaSparkEngine:
                          {**meta, "writer": token}).option("mergeSchema", "true").save(str(path))
             return self._wrote(path, before, token)
 
-        return self._retry(attempt)
+        with _stage("history append", path, pieces):
+            return self._retry(attempt)
 
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
                   meta: dict[str, Any], check_txn: bool) -> bool:
         if check_txn and is_committed(self.txn_version(path, app_id), batch):
             return False
-        merger = self._table(path).alias("t").merge(self._df(source).alias("s"), spec.on)
+        frame = source if not isinstance(source, pa.Table) else self._df(source)
+        merger = self._table(path).alias("t").merge(frame.alias("s"), spec.on)
         for clause in spec.clauses:
             assignments = dict(clause.assignments)
             if clause.kind == "matched_delete":
@@ -372,10 +460,184 @@ class DeltaSparkEngine:
         self._writer(empty, "append", app_id, batch, meta).save(str(path))
         return self._wrote(path, before, token)
 
-    def merge(self, path: str, data: pa.Table, keys: list[str], app_id: str, batch: int) -> bool:
+    def merge(self, path: str, data: pa.Table | StagedSegment, keys: list[str], app_id: str, batch: int) -> bool:
         check_batch(app_id, batch)
         check_column_names(data.schema, f"merge {path}")
+        if isinstance(data, StagedSegment):
+            with _stage("merge", path, data.pieces):
+                return self._retry(lambda: self._merge_staged(path, data, keys, app_id, batch))
         return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
+
+    # -- staged rows: reduced and merged on the executors ----------------------------------------------------
+
+    def column_max(self, path: str, column: str):
+        """The largest value of a column, aggregated by the executors."""
+        from pyspark.sql import functions as F
+
+        return self.spark.read.format("delta").load(str(path)).agg(F.max(F.col(quote(column)))).first()[0]
+
+    def _segment_rows(self, seg: StagedSegment):
+        info = {"staged": seg.pieces, "seq_from": seg.lo, "seq_to": seg.hi}
+        return self.staged_frame(seg.stage, info) if entry_pieces(info) else None
+
+    def staged_span(self, seg: StagedSegment) -> tuple[int | None, int | None]:
+        """The first and last `_seq` of a staged segment's rows (an aggregate)."""
+        from pyspark.sql import functions as F
+
+        rows = self._segment_rows(seg)
+        if rows is None:
+            return None, None
+        seq = F.shiftleft(F.col("_file_seq"), SEQ_FILE_SHIFT) + F.col("_pos")
+        got = rows.agg(F.min(seq), F.max(seq)).first()
+        return got[0], got[1]
+
+    def merge_frame(self, seg: StagedSegment):
+        """A staged segment's merge input as a DataFrame: its last change per key (binlake.lake.current
+        merge_input, computed by the executors): a window `row_number() over (partition by key order by binlog
+        order desc)`; an update that changes the key also deletes the old key, ordered just before it."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        base = seg.base_schema or seg.schema
+        spark_types = {f.name: f.dataType for f in from_arrow_schema(base, prefer_timestamp_ntz=True).fields}
+        values = [f.name for f in base if f.name not in (SEQ, DELETED)]
+        order = ["_file_seq", "_pos", "_sub", "_row"]
+        rows = self._segment_rows(seg)
+        if rows is None:
+            frame = self.spark.createDataFrame([], from_arrow_schema(base, prefer_timestamp_ntz=True))
+        else:
+            seq = (F.shiftleft(F.col("_file_seq"), SEQ_FILE_SHIFT) + F.col("_pos")).alias(SEQ)
+            main = rows.select(*[F.col(quote(c)).cast(spark_types[c]).alias(c) for c in values], seq,
+                               (F.col("_op") == "delete").alias(DELETED), *order, F.lit(1).alias("__kind"))
+            before = F.col("_before")
+            moved = reduce(lambda a, b: a | b, [F.coalesce(before.getField(k) != F.col(quote(k)), F.lit(False))
+                                                for k in seg.keys])
+            tombs = rows.where((F.col("_op") == "update") & moved).select(
+                *[(before.getField(c) if c in seg.keys else F.lit(None)).cast(spark_types[c]).alias(c)
+                  for c in values], seq, F.lit(True).alias(DELETED), *order, F.lit(0).alias("__kind"))
+            latest = Window.partitionBy(*[F.col(quote(k)) for k in seg.keys]).orderBy(
+                *[F.col(c).desc() for c in order], F.col("__kind").desc())
+            frame = (main.unionByName(tombs).withColumn("__rn", F.row_number().over(latest))
+                     .where(F.col("__rn") == 1).select(*[F.col(quote(c)) for c in [*values, SEQ, DELETED]]))
+        if seg.changes:  # a backfill: the rows evolved forward to the table's layout, as the server's ALTERs did
+            changes = list(seg.changes)
+            evolved = plan(base, changes)
+
+            def evolve(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                for b in batches:
+                    yield apply_changes(b, changes)
+
+            frame = frame.mapInArrow(evolve, from_arrow_schema(evolved, prefer_timestamp_ntz=True))
+            target = {f.name: f.dataType for f in from_arrow_schema(seg.schema, prefer_timestamp_ntz=True).fields}
+            frame = frame.select(*[F.col(quote(c)).cast(target[c]).alias(c) for c in seg.schema.names])
+        return frame
+
+    def _merge_staged(self, path: str, seg: StagedSegment, keys: list[str], app_id: str, batch: int) -> bool:
+        """binlake.lake.engines.tombstones' merge, its steps on DataFrames (nothing is collected but counts)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        columns = [c for c in seg.schema.names if c != DELETED]
+        if self.exists(path):
+            check_merge_columns(self, path, columns)
+        else:
+            self.create_empty(path, pa.schema([seg.schema.field(c) for c in columns]))
+        if is_committed(self.txn_version(path, app_id), batch):
+            return False
+        key_schema = pa.schema([seg.schema.field(k) for k in keys] + [pa.field(SEQ, pa.int64())])
+        tpath = tombstone_path(path)
+        if self.exists(tpath) and set(self.table_schema(tpath).names) != set(key_schema.names):
+            self.reset(tpath, key_schema, role_app_id(app_id, "reset"), batch)  # the key changed (see tombstones)
+        data = self.merge_frame(seg)
+        nulls = data.select(*[F.sum(F.col(quote(c)).isNull().cast("long")).alias(c) for c in [*keys, SEQ]]).first()
+        bad = [c for c in [*keys, SEQ] if nulls[c]]
+        if bad:
+            raise MergeInputError(f"merge input column {bad[0]!r} has nulls")
+        key_cols = [F.col(quote(k)) for k in keys]
+        if self.exists(tpath):  # 1. rows older than their key's tombstone never apply
+            tombs = self.spark.read.format("delta").load(str(tpath)).select(
+                *key_cols, F.col(quote(SEQ)).alias("__tseq"))
+            data = data.join(tombs, keys, "left").where(
+                F.col("__tseq").isNull() | (F.col(quote(SEQ)) >= F.col("__tseq"))).drop("__tseq")
+        source = data.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            deletes = source.where(F.col(DELETED)).select(*key_cols, F.col(quote(SEQ)))
+            if not deletes.isEmpty():  # 2. deletes remembered first
+                self.create_empty(tpath, key_schema)
+                self.run_merge(tpath, deletes, tombstone_spec(keys), app_id, batch,
+                               commit_meta("tombstones", [(app_id, batch)]), check_txn=False)
+                crash_point("merge-tombstones")
+            meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath))
+            if not self.run_merge(path, source, current_spec(columns, keys), app_id, batch, meta, check_txn=True):
+                return False  # 3. the MERGE (skipped when the txn is in)
+            upserts = source.where(~F.col(DELETED)).select(*key_cols, F.col(quote(SEQ)))
+            if self.exists(tpath) and not upserts.isEmpty():  # 4. repair and prune
+                tombs = self.spark.read.format("delta").load(str(tpath)).select(
+                    *key_cols, F.col(quote(SEQ)).alias("__tseq"))
+                joined = upserts.join(tombs, keys, "inner").persist(StorageLevel.MEMORY_AND_DISK)
+                try:
+                    overtaken = joined.where(F.col("__tseq") > F.col(quote(SEQ))).select(
+                        *key_cols, F.col("__tseq").alias(SEQ))
+                    if not overtaken.isEmpty():
+                        repair_id = role_app_id(app_id, "repair")
+                        self.run_merge(path, overtaken, delete_older_spec(keys), repair_id, batch,
+                                       commit_meta("repair", [(repair_id, batch)]), check_txn=False)
+                    redundant = joined.where(F.col("__tseq") < F.col(quote(SEQ))).select(*key_cols, F.col(quote(SEQ)))
+                    if not redundant.isEmpty():
+                        prune_id = role_app_id(app_id, "prune")
+                        self.run_merge(tpath, redundant, delete_older_spec(keys), prune_id, batch,
+                                       commit_meta("prune", [(prune_id, batch)]), check_txn=False)
+                finally:
+                    joined.unpersist()
+            return True
+        finally:
+            source.unpersist()
+
+    def net_change_figures(self, path: str, segs: list[StagedSegment]) -> dict | None:
+        """The figures binlake.lake.pipeline premerge_figures computes from Arrow, here by joins and aggregates:
+        rows before the batch, and the net inserts and deletes its last change per key makes by the merge rule.
+        None when the key columns change name inside the batch, or the table's keys do not fit them."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        keys = segs[-1].keys
+        if any(s.keys != keys for s in segs):
+            return None
+        key_cols = [F.col(quote(k)) for k in keys]
+        parts = [self.merge_frame(s).select(*key_cols, F.col(quote(SEQ)), F.col(DELETED), F.lit(i).alias("__seg"))
+                 for i, s in enumerate(segs)]
+        net = parts[0]
+        for part in parts[1:]:
+            net = net.unionByName(part)
+        if len(parts) > 1:
+            net = net.withColumn("__rn", F.row_number().over(Window.partitionBy(*key_cols).orderBy(
+                F.col("__seg").desc()))).where(F.col("__rn") == 1)
+        try:
+            if self.exists(path):
+                target = self.spark.read.format("delta").load(str(path)).select(*key_cols,
+                                                                                F.col(quote(SEQ)).alias("__t"))
+                count = target.count()
+                joined = net.join(target, keys, "left")
+            else:  # the batch creates the table
+                count, joined = 0, net.withColumn("__t", F.lit(None).cast("long"))
+            tpath = tombstone_path(path)
+            if self.exists(tpath):
+                tombs = self.spark.read.format("delta").load(str(tpath)).select(*key_cols,
+                                                                                F.col(quote(SEQ)).alias("__d"))
+                joined = joined.join(tombs, keys, "left")
+            else:
+                joined = joined.withColumn("__d", F.lit(None).cast("long"))
+            seq, deleted = F.col(quote(SEQ)), F.col(DELETED)
+            present = F.col("__t").isNotNull()
+            superseded = F.coalesce(seq < F.col("__d"), F.lit(False))
+            newer = F.coalesce(seq > F.col("__t"), F.lit(False))
+            got = joined.agg(F.sum((~present & ~deleted & ~superseded).cast("long")).alias("inserts"),
+                             F.sum((present & deleted & newer).cast("long")).alias("deletes")).first()
+        except AnalysisException:
+            return None  # the table's key columns are renamed or retyped by this batch: not evaluated
+        return {"count": count, "inserts": got["inserts"] or 0, "deletes": got["deletes"] or 0}
 
     def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
         from pyspark.sql.pandas.types import from_arrow_schema

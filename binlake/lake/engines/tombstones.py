@@ -119,7 +119,7 @@ def drop_superseded(data: pa.Table, tombs: pa.Table | None, keys: list[str]) -> 
     return data.filter(keep)
 
 
-def _check_columns(b: MergeBackend, path: str, columns: list[str]) -> None:
+def check_merge_columns(b: MergeBackend, path: str, columns: list[str]) -> None:
     table_cols = b.table_schema(path).names
     if set(table_cols) != set(columns):
         extra = sorted(set(columns) - set(table_cols))
@@ -143,7 +143,7 @@ def merge_with_tombstones(b: MergeBackend, path: str, data: pa.Table, keys: list
     data = validate_merge_input(data, keys)
     columns = current_columns(data)
     if b.exists(path):
-        _check_columns(b, path, columns)
+        check_merge_columns(b, path, columns)
     else:
         b.create_empty(path, data.select(columns).schema)
     if is_committed(b.txn_version(path, app_id), batch):

@@ -1,0 +1,28 @@
+"""Named crash points for the crash tests: with $BINLAKE_CRASH_AT=NAME[:N] the process kills itself (SIGKILL, no
+cleanup) the N-th time (default first) it passes the point NAME. Unset, a crash point costs one dict lookup.
+
+Points: `decoded` (decode tasks done, nothing saved), `history:<i>` counted per history append, `merge` counted per
+current-table merge commit and `merge-tombstones` between a staged merge's tombstone and MERGE commits, `merged`
+(every merge done, before the registry and catalog commits), `publish` (before the control table's commit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+CRASH_ENV = "BINLAKE_CRASH_AT"
+_passed: Counter = Counter()
+
+
+def crash_point(name: str) -> None:
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    point, _, nth = wanted.partition(":")
+    if point != name:
+        return
+    _passed[name] += 1
+    if _passed[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,191 @@
+"""The Spark ingest job (`spark_jobs/ingest.py --engine delta-spark`: decode tasks staging Parquet, history appended
+and current tables merged by the executors) killed with SIGKILL at seeded random points - while the tasks decode,
+between the history and merge commits, and inside the merges - then run again: the lake equals the lake an
+uninterrupted in-process delta-rs run writes (current and history tables of every generation, the catalog), no
+history row is there twice, and the staging area is gone.
+
+The kill is real: the job runs as its own process group; a decode kill happens when the first staged piece lands
+(the test kills the group), the others through the job's crash points ($BINLAKE_CRASH_AT, binlake.lake.crashpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from binlake.cli import exit_code_for
+from binlake.lake.crashpoints import CRASH_ENV
+from binlake.lake.engines import get_engine
+from binlake.lake.ingest import IngestOptions
+from binlake.quality.stages import run_ingest
+from binlake.settings import QualityConfig
+from binlake.spark import delta_jars
+from tests.conftest import skip_or_fail
+
+from .test_lifecycle import fresh, lake_current, new_files, run, server_tables
+from .test_spark_engine_parity import delta_tables, table_rows, workload
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "spark_jobs" / "ingest.py"
+
+
+def _job(source: Path, lake: Path, dbs: list[str], env: dict) -> subprocess.Popen:
+    cmd = [sys.executable, str(JOB), "--engine", "delta-spark", "--source", f"local:{source}", "--lake", str(lake),
+           "--databases", ",".join(dbs), "--no-gates", "--no-progress"]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    try:
+        _out, err = proc.communicate(timeout=timeout)
+    finally:
+        _kill_group(proc)
+    return proc.returncode, err
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the job's own group: its JVM and Python workers too
+
+
+def _kill_when_staged(proc: subprocess.Popen, lake: Path, timeout: float = 600) -> bool:
+    """Kill the job as soon as a decode task's first staged piece is in the lake; False if it finished first."""
+    staging = lake / "_binlake" / "staging"
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if staging.is_dir() and any(staging.rglob("*.parquet")):
+            _kill_group(proc)
+            proc.wait()
+            return True
+        time.sleep(0.02)
+    _finish(proc)
+    return False
+
+
+def _history_duplicates(lake: Path) -> dict[str, int]:
+    out = {}
+    for name, path in delta_tables(lake).items():
+        if "__history" in name:
+            rows = get_engine().read(str(path), ["_file_seq", "_pos", "_sub", "_row", "_op"]).to_pylist()
+            keys = [(r["_file_seq"], r["_pos"], r["_sub"], r["_row"], r["_op"]) for r in rows]
+            out[name] = len(keys) - len(set(keys))
+    return out
+
+
+def test_spark_job_killed_anywhere_then_rerun_equals_uninterrupted(mariadb_full, tmp_path) -> None:
+    if not delta_jars():
+        skip_or_fail("the Delta jars are not fetched (bash scripts/dev.sh setup)")
+    server = mariadb_full
+    dbs = fresh(server, "sp_kill_a", "sp_kill_b")
+    first = server.binlog_files()[-1].name
+    statements, _ = workload(dbs, seed=1616)
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    # Several files, so the job runs several decode tasks.
+    chunk = max(1, len(statements) // 4)
+    for i in range(0, len(statements), chunk):
+        run(server, dbs[0], *statements[i:i + chunk])
+        server.flush_logs()
+    for f in new_files(server, first):
+        (source / f.name).write_bytes(f.read_bytes())
+    expected = server_tables(server, dbs)
+    clean = tmp_path / "clean"
+    run_ingest(IngestOptions(lake=str(clean), files=sorted(str(f) for f in source.iterdir()), databases=set(dbs),
+                             quality=QualityConfig(enabled=False)))
+    assert lake_current(clean, dbs) == expected
+
+    rng = random.Random(16)
+    points = ["decode",
+              rng.choice(["decoded", f"history:{rng.randint(1, 4)}"]),
+              rng.choice([f"merge:{rng.randint(1, 5)}", f"merge-tombstones:{rng.randint(1, 2)}", "merged", "publish"])]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "BINLAKE_SPARK_MASTER": "local[2]",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for point in points:
+        lake = tmp_path / point.replace(":", "_")
+        if point == "decode":
+            killed = _kill_when_staged(_job(source, lake, dbs, env), lake)
+        else:
+            code, err = _finish(_job(source, lake, dbs, {**env, CRASH_ENV: point}))
+            killed = code == -signal.SIGKILL
+            assert killed or code == 0, f"{point}: exit {code}: {err[-2000:]}"
+        assert killed, f"the job was not killed at {point}"
+        code, err = _finish(_job(source, lake, dbs, env))
+        assert code == 0, f"re-run after a kill at {point}: exit {code}: {err[-2000:]}"
+        assert lake_current(lake, dbs) == expected, point
+        want, got = delta_tables(clean), delta_tables(lake)
+        assert sorted(got) == sorted(want), point
+        for name, path in sorted(want.items()):
+            own = name.startswith("_binlake")
+            if name.startswith("_binlake/validations"):
+                continue
+            assert table_rows(got[name], own) == table_rows(path, own), f"{name} after a kill at {point}"
+        assert not any(_history_duplicates(lake).values()), point
+        staging = lake / "_binlake" / "staging" / "default"
+        assert not staging.exists() or not any(staging.iterdir()), f"staging left after a kill at {point}"
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_crash_env(monkeypatch) -> None:
+    monkeypatch.delenv(CRASH_ENV, raising=False)
+
+
+def test_a_failing_decode_task_is_one_line_naming_file_and_range_and_nothing_is_committed(mariadb_full, tmp_path,
+                                                                                            spark) -> None:
+    """A damaged binlog under the Spark path ends the run with one line naming the file and position (a decode task
+    failing on an executor: "Spark decode stage failed at FILE [start, stop): ..."; damage the driver's schema scan
+    meets first: that scan's own line), with the exit code the in-process run gives the same damage; the lake gets
+    no table and no control row; the command line prints that line and no traceback."""
+    from binlake.lake.engines.deltaspark import DeltaSparkEngine, available
+    from binlake.spark import SparkTaskFailed, spark_executor
+
+    ok, reason = available(spark)
+    if not ok:
+        skip_or_fail(f"delta-spark: {reason}")
+    server = mariadb_full
+    db = fresh(server, "sp_fail")[0]
+    first = server.binlog_files()[-1].name
+    rng = random.Random(1606)
+    run(server, db, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))",
+        *[f"INSERT INTO t VALUES ({i}, '{'x' * rng.randint(1, 40)}')" for i in range(200)])
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    for f in new_files(server, first):
+        (source / f.name).write_bytes(f.read_bytes())
+    damaged = max(source.iterdir(), key=lambda p: p.stat().st_size)
+    data = bytearray(damaged.read_bytes())
+    at = rng.randint(len(data) // 3, 2 * len(data) // 3)
+    data[at:at + 24] = bytes(rng.randrange(256) for _ in range(24))
+    damaged.write_bytes(bytes(data))
+    files = sorted(str(f) for f in source.iterdir())
+    opts = dict(files=files, databases={db}, quality=QualityConfig(enabled=False))
+    with pytest.raises(Exception) as local:
+        run_ingest(IngestOptions(lake=str(tmp_path / "local"), **opts))
+    lake = tmp_path / "spark"
+    with pytest.raises(Exception) as failed:
+        run_ingest(IngestOptions(lake=str(lake), **opts), executor=spark_executor(spark), engine=DeltaSparkEngine(spark))
+    message = str(failed.value)
+    assert "\n" not in message and "Traceback" not in message and damaged.name in message, message
+    if isinstance(failed.value, SparkTaskFailed):
+        assert message.startswith(f"Spark decode stage failed at {damaged.name} ["), message
+    else:
+        assert str(local.value) == message
+    code = exit_code_for(local.value)
+    assert exit_code_for(failed.value) == code, (message, local.value)
+    assert not (lake / db).exists() and not (lake / "_binlake" / "control").exists()
+
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "BINLAKE_SPARK_MASTER": "local[2]",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cli = subprocess.run([sys.executable, "-m", "binlake.cli", "ingest", "--spark", "--source", f"local:{source}",
+                          "--lake", str(tmp_path / "cli"), "--no-progress", "--no-gates"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert cli.returncode == int(code), cli.stderr[-2000:]
+    assert "Traceback" not in cli.stderr and damaged.name in cli.stderr.strip().splitlines()[-1], cli.stderr[-2000:]
