@@ -114,7 +114,6 @@ def submit(cluster: SparkStandalone, jars: list[str], source: Path, lake: Path, 
     assert done.returncode == 0, f"spark-submit exit {done.returncode}:\n{log.read_text()[-6000:]}\n{cluster.logs()}"
 
 
-@pytest.mark.slow  # minutes: every Delta commit is a few Spark jobs on one-core executors
 def test_ingest_job_on_a_two_worker_cluster(spark_cluster, mariadb_minimal, tmp_path) -> None:
     jars = delta_jars()
     server = mariadb_minimal  # MINIMAL row metadata: columns named from the binlog's DDL
