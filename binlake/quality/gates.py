@@ -163,8 +163,6 @@ def _event_checks(pb, config: QualityConfig) -> list[ExpectationResult]:
 
 def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str], ranges: dict,
                     user: list[UserExpectation], config: QualityConfig) -> list[ExpectationResult]:
-    import pandas as pd
-
     e = _gx()
     user_columns = {u.kwargs[k] for u in user for k in ("column", "column_A", "column_B") if k in u.kwargs}
     user_columns |= {c for u in user for c in u.kwargs.get("column_list", [])}
@@ -205,24 +203,33 @@ def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str
         results = validate(frame, key_checks + checks, BEFORE, name, config.sample_size)
     # Per file: the positions lie inside the range this batch decoded (no event from an earlier batch again).
     spans = data.group_by("_file_seq").aggregate([("_pos", "min"), ("_pos", "max")]).to_pylist()
-    spans_frame = pd.DataFrame({
-        "file_seq": [r["_file_seq"] for r in spans], "first_pos": [r["_pos_min"] for r in spans],
-        "last_pos": [r["_pos_max"] for r in spans],
-        "range_start": [ranges.get(r["_file_seq"], (None, None))[0] for r in spans],
-        "range_end": [ranges.get(r["_file_seq"], (None, None))[1] for r in spans]})
-    results += validate(spans_frame, [
-        Check("seq_increasing", "first change position of each file at or after the range start",
-              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_pos", column_B="range_start",
-                                                        or_equal=True)),
-        Check("seq_increasing", "last change position of each file before the range end",
-              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="range_end", column_B="last_pos"))],
-        BEFORE, name, config.sample_size)
+    results += _validate_spans([(r["_file_seq"], r["_pos_min"], r["_pos_max"]) for r in spans], ranges, name,
+                               config)
     if user:
         rows = frame[frame["_op"] != "delete"]
         user_checks = [Check(f"user:{u.name}", "user expectation (schemas/expectations)",
                              expectation_class(u.name)(**u.kwargs)) for u in user]
         results += validate(rows, user_checks, BEFORE, name, config.sample_size)
     return results
+
+
+def _validate_spans(spans: list, ranges: dict, name: str, config: QualityConfig) -> list[ExpectationResult]:
+    """Per file: its changes' positions lie inside the range this batch decoded (no event from an earlier batch
+    again). spans: (file_seq, first position, last position) per file."""
+    import pandas as pd
+
+    e = _gx()
+    frame = pd.DataFrame({
+        "file_seq": [r[0] for r in spans], "first_pos": [r[1] for r in spans], "last_pos": [r[2] for r in spans],
+        "range_start": [ranges.get(r[0], (None, None))[0] for r in spans],
+        "range_end": [ranges.get(r[0], (None, None))[1] for r in spans]})
+    return validate(frame, [
+        Check("seq_increasing", "first change position of each file at or after the range start",
+              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_pos", column_B="range_start",
+                                                        or_equal=True)),
+        Check("seq_increasing", "last change position of each file before the range end",
+              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="range_end", column_B="last_pos"))],
+        BEFORE, name, config.sample_size)
 
 
 def _tally_checks(name: str, history: pa.Table, tally: dict, config: QualityConfig) -> list[ExpectationResult]:
@@ -271,18 +278,7 @@ def _staged_checks(engine, stage: str, name: str, info: dict, versions: dict, la
         results += validate(got["data"], checks, BEFORE, name, config.sample_size)
     else:
         results = validate(got["data"], key_checks + checks, BEFORE, name, config.sample_size)
-    spans = got["spans"]  # (file_seq, first position, last position) per file
-    spans_frame = pd.DataFrame({
-        "file_seq": [r[0] for r in spans], "first_pos": [r[1] for r in spans], "last_pos": [r[2] for r in spans],
-        "range_start": [ranges.get(r[0], (None, None))[0] for r in spans],
-        "range_end": [ranges.get(r[0], (None, None))[1] for r in spans]})
-    results += validate(spans_frame, [
-        Check("seq_increasing", "first change position of each file at or after the range start",
-              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_pos", column_B="range_start",
-                                                        or_equal=True)),
-        Check("seq_increasing", "last change position of each file before the range end",
-              e.ExpectColumnPairValuesAToBeGreaterThanB(column_A="range_end", column_B="last_pos"))],
-        BEFORE, name, config.sample_size)
+    results += _validate_spans(got["spans"], ranges, name, config)
     if user:
         user_checks = [Check(f"user:{u.name}", "user expectation (schemas/expectations)",
                              expectation_class(u.name)(**u.kwargs)) for u in user]
