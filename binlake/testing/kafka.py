@@ -25,6 +25,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from .processes import free_port, stop_server
+
 KAFKA_JARS_ENV = "BINLAKE_KAFKA_JARS"
 SETUP_COMMAND = "scripts/dev.sh setup"
 
@@ -64,12 +66,6 @@ def unavailable_reason() -> str | None:
         return (f"the Kafka jars are not in {kafka_jars_dir()}: fetch them with `{SETUP_COMMAND}` "
                 f"(or set {KAFKA_JARS_ENV} to a folder holding them)")
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cluster_id() -> str:
@@ -157,10 +153,10 @@ class PrivateKafka:
             raise KafkaUnavailable(reason)
         base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="binlake-kafka-"))
         base.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
-        controller = _free_port()
+        port = free_port()
+        controller = free_port()
         while controller == port:
-            controller = _free_port()
+            controller = free_port()
         self = cls(base_dir=base, port=port, controller_port=controller)
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         (base / "log4j2.yaml").write_text(LOG4J2.format(log=self.log_path))
@@ -223,15 +219,7 @@ class PrivateKafka:
         return "\n".join(lines) or "(no broker log)"
 
     def stop(self, remove: bool = True) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if remove:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
+        stop_server(self.process, self.base_dir, remove)
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
+
+from .processes import free_port, stop_server
 
 SERVER_NAMES = ("mariadbd", "mysqld")
 SERVER_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin", "/usr/libexec")
@@ -47,12 +48,6 @@ def _install_db_binary(server: str) -> str | None:
         if p.exists():
             return str(p)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -102,7 +97,7 @@ class PrivateMariaDB:
             raise ServerError("no mariadbd or mysqld binary found (apt-get install -y mariadb-server)")
         base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="binlake-mariadb-"))
         base.mkdir(parents=True, exist_ok=True)
-        self = cls(base_dir=base, port=_free_port(), row_metadata=row_metadata.upper())
+        self = cls(base_dir=base, port=free_port(), row_metadata=row_metadata.upper())
         self.binlog_dir.mkdir(exist_ok=True)
         self._install(server)
         args = [
@@ -217,12 +212,4 @@ class PrivateMariaDB:
         return "\n".join(lines[-tail:])
 
     def stop(self, remove: bool = True) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if remove:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
+        stop_server(self.process, self.base_dir, remove)

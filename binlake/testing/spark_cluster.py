@@ -18,7 +18,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
+from .processes import LOOPBACK, free_port
 
 
 class SparkClusterError(RuntimeError):
@@ -41,12 +40,6 @@ def spark_home() -> Path | None:
         return None
     home = Path(spec.origin).parent
     return home if (home / "bin" / "spark-class").exists() else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str, timeout: float = 300.0) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 from binlake.config import load_config
 from binlake.orchestration import jobs
 from binlake.orchestration.jobs import GateFailedError, StageError, run_stage_process, stage_command
+from binlake.testing.processes import free_port
 
 DB = "af_jobs"
 
@@ -119,12 +119,6 @@ def spark_home() -> Path:
     if not (home / "bin" / "spark-submit").exists() or shutil.which("java") is None:
         pytest.skip("spark-submit (pyspark's bin/) or java not installed")
     return home
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
