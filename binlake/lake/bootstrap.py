@@ -573,6 +573,7 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
         return False
 
     def read() -> None:
+        mine = ConversionStats()  # Counter += is not atomic across threads: each reader counts alone
         try:
             while not stop.is_set():
                 with lock:
@@ -581,7 +582,7 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
                     break
                 i, chunk = nxt
                 key = (chunk.database, chunk.table)
-                reader = ChunkReader(uri, chunk, batch, part_rows, stats)
+                reader = ChunkReader(uri, chunk, batch, part_rows, mine)
                 parts = reader.parts()
                 for part in parts:
                     if not put(stage_part(plans[key], part, i, maps[key])):
@@ -591,6 +592,8 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
         except BaseException as exc:  # handed to the committing thread, which raises it
             put(exc)
         finally:
+            with lock:
+                stats.update(mine)
             put(done)
 
     threads = [threading.Thread(target=read, name=f"binlake-bootstrap-reader-{n}", daemon=True)

@@ -124,7 +124,8 @@ def test_bootstrapped_rows_equal_the_same_rows_written_through_the_binlog(mariad
     files = [str(f) for f in server.flush_logs() if str(f) >= str(first)]
     run_ingest(IngestOptions(lake=str(tmp_path / "binlog"), files=files, databases={DB},
                              quality=QualityConfig(enabled=False)))
-    fast = run_bootstrap(server.uri, [(DB, "vals")], str(tmp_path / "arrow"), chunk_rows=70, part_rows=50)
+    fast = run_bootstrap(server.uri, [(DB, "vals")], str(tmp_path / "arrow"), chunk_rows=30, part_rows=20,
+                         readers=4)  # readers count conversions at once
     monkeypatch.setattr(chunkread, "connectorx", None)  # the row-by-row reader
     slow = run_bootstrap(server.uri, [(DB, "vals")], str(tmp_path / "rows"), chunk_rows=1000)
     assert fast["rows"] == slow["rows"] == 300 and fast["chunks"] >= 4
