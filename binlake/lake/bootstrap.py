@@ -42,7 +42,7 @@ from ..schema.binlog_types import table_map_for
 from ..schema.ddl import parse_create_table
 from ..schema.model import TableDef
 from ..schema.snapshot import binlog_position, connect_uri
-from . import chunkread, datafiles, staging
+from . import chunkread, staging
 from .control import ControlTable, FileState
 from .convert import ConversionStats, arrow_type
 from .current import SEQ_FILE_SHIFT, current_schema, key_names, merge_input
@@ -414,8 +414,8 @@ def stage_part(plan: TablePlan, part: pa.Table, index: int, tm=None) -> Staged:
     """Write one part's history rows (and current-table rows, for tables with a key) as Parquet files."""
     tm = tm or plan.table_map()
     keyed = bool(key_names(tm))
-    history = datafiles.write_files(plan.history_path, part, PARTITION_BY, REPEATED) if plan.history_direct else []
-    current = datafiles.write_files(plan.current_path, _current_rows(part, tm)) if keyed and plan.current_direct \
+    history = staging.write_files(plan.history_path, part, PARTITION_BY, REPEATED) if plan.history_direct else []
+    current = staging.write_files(plan.current_path, _current_rows(part, tm)) if keyed and plan.current_direct \
         else []
     pieces = []
     if not plan.history_direct or (keyed and not plan.current_direct):
@@ -533,7 +533,7 @@ def _current_rows(history: pa.Table, tm) -> pa.Table:
 def plan_tables(engine: DeltaEngine, layout: LakeLayout, lake: str, chunks: list[Chunk], batch: int) -> dict:
     """Each table's TablePlan (see there), decided once before any chunk is read."""
     plans = {}
-    files_ok = hasattr(engine, "append_files") and datafiles.local_lake(lake)
+    files_ok = hasattr(engine, "append_files") and staging.local_lake(lake)
     stage = staging.stage_root(lake, layout.pipeline, batch)  # this batch's own staging folder
     for chunk in chunks:
         key = (chunk.database, chunk.table)

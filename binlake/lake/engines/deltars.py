@@ -159,7 +159,7 @@ class DeltaRsEngine:
 
     def append_files(self, path: str, files: list[dict], schema: pa.Schema, app_id: str, batch: int,
                      partition_by: list[str] | None = None) -> bool:
-        """Commit Parquet files already written in the table folder (binlake.lake.datafiles manifests) as one
+        """Commit Parquet files already written in the table folder (binlake.lake.staging.write_files manifests) as one
         append carrying (app_id, batch); skipped (False) when that batch is committed. `schema` is the files'
         schema with the partition columns; the table must have exactly that schema (else: use append)."""
         check_batch(app_id, batch)
