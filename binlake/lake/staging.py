@@ -281,6 +281,15 @@ def _stats(data: pa.Table) -> str:
     return json.dumps({"numRecords": data.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
+def _statistics_columns(schema: pa.Schema) -> list[str]:
+    """Columns whose Parquet column statistics (min/max per row group) are written: all but text, binary and
+    nested ones (min/max of text costs a tenth of the file's encoding and is truncated anyway; Delta's own
+    statistics above skip them too)."""
+    return [f.name for f in schema if not (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+                                           or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
+                                           or pa.types.is_nested(f.type))]
+
+
 def write_files(table_path: str, data: pa.Table, partition_by: list[str] | None = None,
                 dictionary: list[str] | None = None) -> list[dict]:
     """Write `data` as Parquet files in the table folder (one per partition value); their manifests.
@@ -293,6 +302,9 @@ def write_files(table_path: str, data: pa.Table, partition_by: list[str] | None 
         keys = data.select(partition_by).group_by(partition_by).aggregate([]).to_pylist()
         parts = []
         for key in keys:
+            if len(keys) == 1:  # one value (a bootstrap part): no filtered copy of the rows
+                parts.append((tuple((n, _partition_text(key[n])) for n in partition_by), data))
+                break
             mask = None
             for name in partition_by:
                 value = key[name]
@@ -307,7 +319,8 @@ def write_files(table_path: str, data: pa.Table, partition_by: list[str] | None 
         rel = (folder + "/" if folder else "") + f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         fs.create_dir(f"{root}/{folder}" if folder else root, recursive=True)
         pq.write_table(file_rows, f"{root}/{rel}", filesystem=fs, compression=COMPRESSION,
-                       use_dictionary=[c for c in dictionary or () if c in file_rows.column_names])
+                       use_dictionary=[c for c in dictionary or () if c in file_rows.column_names],
+                       write_statistics=_statistics_columns(file_rows.schema))
         out.append({"path": rel, "size": fs.get_file_info(f"{root}/{rel}").size,
                     "partition_values": dict(values), "modification_time": int(time.time() * 1000),
                     "stats": _stats(file_rows)})
