@@ -143,6 +143,8 @@ class ChunkReader:
         self.tm = table_map_for(self.tdef, mariadb=chunk.mariadb)
         self.result = ChunkResult(chunk, "", 0, 0, 0)
         self.fast = chunkread.supported(self.tdef)
+        self._conn = None  # the watermark method's connection (low watermark, watermark write, high watermark)
+        self._stream: Iterator[pa.RecordBatch] | None = None  # the SELECT's record batches, once started
 
     @property
     def where(self) -> str:
@@ -150,64 +152,101 @@ class ChunkReader:
         bounds = "" if c.lower is None and c.upper is None else f" [{c.lower}, {c.upper})"
         return f"{c.database}.{c.table}{bounds}"
 
+    def start(self) -> None:
+        """Start reading without waiting for rows (the Arrow reader; a no-op otherwise or when started): the
+        watermark method's low watermark (and watermark write), then the SELECT, whose rows connectorx receives
+        in the background while the caller works on an earlier chunk. `parts()` starts the reader itself when
+        nobody did; `close()` ends a reader whose parts are not wanted."""
+        if not self.fast or self._stream is not None:
+            return
+        res, chunk = self.result, self.chunk
+        snapshot = chunk.method == "snapshot"
+        try:
+            if chunk.method == "watermark":
+                self._conn = connect_uri(self.uri)
+                with self._conn.cursor() as cur:
+                    res.binlog_file, res.binlog_pos = binlog_position(cur)  # the low watermark: rows ordered here
+                    if chunk.watermark_table:
+                        _write_watermark(cur, chunk)
+            sql = chunkread.chunk_sql(self.tdef, chunk.database, chunk.table, chunk.lower, chunk.upper, snapshot)
+            res.read_at = int(time.time())
+            self._stream = self._batches(sql, snapshot)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
     def parts(self) -> Iterator[pa.Table]:
         if not self.fast:
             yield from self._row_parts()
             return
         res, chunk = self.result, self.chunk
-        conn = None
         try:
-            if chunk.method == "watermark":
-                conn = connect_uri(self.uri)
-                with conn.cursor() as cur:
-                    res.binlog_file, res.binlog_pos = binlog_position(cur)  # the low watermark: rows ordered here
-                    if chunk.watermark_table:
-                        _write_watermark(cur, chunk)
+            self.start()
             yield from self._arrow_parts()
             if chunk.method == "watermark":
-                with conn.cursor() as cur:
+                with self._conn.cursor() as cur:
                     res.high_file, res.high_pos = binlog_position(cur)
         finally:
-            if conn is not None:
-                conn.close()
+            self.close()
         if chunk.method == "snapshot" and not res.binlog_file:
             # No row came, so no position with them: read the (empty) range again in a snapshot of its own,
             # which reports its position (and holds whatever rows a writer added meanwhile).
             yield from self._row_parts()
 
     def _arrow_parts(self) -> Iterator[pa.Table]:
-        res, chunk, tm = self.result, self.chunk, self.tm
-        snapshot = chunk.method == "snapshot"
-        sql = chunkread.chunk_sql(self.tdef, chunk.database, chunk.table, chunk.lower, chunk.upper, snapshot)
-        res.read_at = int(time.time())
-        for batch in self._batches(sql, snapshot):
+        res, tm = self.result, self.tm
+        snapshot = self.chunk.method == "snapshot"
+        waiting: list[pa.RecordBatch] = []  # batches before the one carrying the snapshot's position (none, as
+        # the server sends it with the first row; kept general)
+        for batch in self._stream:
             if snapshot and not res.binlog_file:
-                res.binlog_file = batch.column(0)[0].as_py() or ""
-                res.binlog_pos = int(batch.column(1)[0].as_py() or 0)
-                if not res.binlog_file:
-                    raise BootstrapError(f"{self.where}: the server reports no binlog_snapshot_file (is the "
-                                         "binary log enabled?)")
-            values = chunkread.lake_columns(batch, tm, self.stats, 2 if snapshot else 0)
-            yield chunkread.snapshot_history(values, tm, res.binlog_file, res.binlog_pos, res.read_at,
-                                             sequence_number(res.binlog_file), self.batch_id, res.rows)
-            res.rows += batch.num_rows
+                found = chunkread.snapshot_position(batch)
+                if found is None:
+                    waiting.append(batch)
+                    continue
+                if not found[0]:
+                    raise self._no_position()
+                res.binlog_file, res.binlog_pos = found
+            for ready in [*waiting, batch]:
+                values = chunkread.lake_columns(ready, tm, self.stats, 2 if snapshot else 0)
+                yield chunkread.snapshot_history(values, tm, res.binlog_file, res.binlog_pos, res.read_at,
+                                                 sequence_number(res.binlog_file), self.batch_id, res.rows)
+                res.rows += ready.num_rows
+            waiting = []
+        if waiting:
+            raise self._no_position()
+
+    def _no_position(self) -> BootstrapError:
+        return BootstrapError(f"{self.where}: the server reports no binlog_snapshot_file (is the binary log "
+                              "enabled?)")
 
     def _batches(self, sql: str, snapshot: bool) -> Iterator[pa.RecordBatch]:
-        """The SELECT's record batches; connectorx's failures (Rust panics are BaseExceptions) as one line."""
-        stream = None
-        while True:
-            try:
-                if stream is None:
-                    stream = iter(_stream_select(self.uri, self.chunk.database, sql, snapshot, self.part_rows))
-                batch = next(stream)
-            except StopIteration:
-                return
-            except (KeyboardInterrupt, SystemExit, GeneratorExit):
-                raise
-            except BaseException as exc:
-                raise ChunkReadError(f"{self.where}: reading the chunk failed: {' '.join(str(exc).split())}") \
-                    from exc
-            yield batch
+        """The SELECT's record batches, the query sent now; connectorx's failures (Rust panics are
+        BaseExceptions) as one line."""
+        stream = self._call(lambda: iter(_stream_select(self.uri, self.chunk.database, sql, snapshot,
+                                                        self.part_rows)))
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            while True:
+                try:
+                    yield self._call(lambda: next(stream))
+                except StopIteration:
+                    return
+
+        return batches()
+
+    def _call(self, fn):
+        try:
+            return fn()
+        except (StopIteration, KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:
+            raise ChunkReadError(f"{self.where}: reading the chunk failed: {' '.join(str(exc).split())}") from exc
 
     def _row_parts(self) -> Iterator[pa.Table]:
         """PyMySQL, row by row (every type the binlog path knows), streamed from an unbuffered cursor."""
@@ -574,21 +613,23 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
 
     def read() -> None:
         mine = ConversionStats()  # Counter += is not atomic across threads: each reader counts alone
-        try:
+
+        def readers() -> Iterator[tuple[int, ChunkReader]]:
             while not stop.is_set():
                 with lock:
                     nxt = next(todo, None)
                 if nxt is None:
-                    break
+                    return
                 i, chunk = nxt
-                key = (chunk.database, chunk.table)
-                reader = ChunkReader(uri, chunk, batch, part_rows, mine)
-                parts = reader.parts()
-                for part in parts:
-                    if not put(stage_part(plans[key], part, i, maps[key])):
-                        parts.close()
-                        return
-                put((i, reader.result))
+                yield i, ChunkReader(uri, chunk, batch, part_rows, mine)
+
+        try:
+            parts = chunk_parts(readers())
+            for i, reader, part in parts:
+                key = (reader.chunk.database, reader.chunk.table)
+                if not put((i, reader.result) if part is None else stage_part(plans[key], part, i, maps[key])):
+                    parts.close()
+                    return
         except BaseException as exc:  # handed to the committing thread, which raises it
             put(exc)
         finally:
@@ -627,14 +668,63 @@ def _read_in_pool(uri: str, chunks: list[Chunk], batch: int, readers: int, part_
 Stager = Callable[[str, list[Chunk], int, dict, int], list[tuple[int, ChunkResult, list[Staged]]]]
 
 
+def chunk_parts(readers: Iterator[tuple[int, ChunkReader]]) -> Iterator[tuple[int, ChunkReader, pa.Table | None]]:
+    """Each chunk's parts in order as (index, reader, part), then (index, reader, None) once the chunk is read
+    whole. The next chunk's read is started as soon as the current chunk's first part is in, so that the server
+    sends it (and connectorx receives it) while this thread converts and writes the current one: one chunk
+    ahead, at most two chunks in flight per reader."""
+    following = None
+    current = next(readers, None)
+    parts = None
+    try:
+        while current is not None:
+            i, reader = current
+            reader.start()
+            parts = reader.parts()
+            for part in parts:
+                if following is None:
+                    following = next(readers, None)
+                    if following is not None:
+                        following[1].start()
+                yield i, reader, part
+            yield i, reader, None
+            current, following = following if following is not None else next(readers, None), None
+    finally:
+        if parts is not None:
+            parts.close()
+        if following is not None:
+            following[1].close()
+
+
+def stage_chunks(uri: str, chunks: list[tuple[int, Chunk]], batch: int, plans: dict,
+                 part_rows: int) -> list[tuple[int, ChunkResult, list[Staged], dict]]:
+    """Read chunks (one ahead, chunk_parts) and write their parts' files; per chunk its index, result, manifests
+    and conversion counts (a Spark task: several chunks per task, so that reads overlap the work)."""
+    out: list[tuple[int, ChunkResult, list[Staged], dict]] = []
+    counts: dict[int, ConversionStats] = {}
+    staged: dict[int, list[Staged]] = {}
+    maps = {}
+
+    def readers() -> Iterator[tuple[int, ChunkReader]]:
+        for i, chunk in chunks:
+            counts[i] = ConversionStats()
+            yield i, ChunkReader(uri, chunk, batch, part_rows, counts[i])
+
+    for i, reader, part in chunk_parts(readers()):
+        key = (reader.chunk.database, reader.chunk.table)
+        if part is None:
+            out.append((i, reader.result, staged.pop(i, []), dict(counts.pop(i))))
+            continue
+        if key not in maps:
+            maps[key] = plans[key].table_map()
+        staged.setdefault(i, []).append(stage_part(plans[key], part, i, maps[key]))
+    return out
+
+
 def stage_chunk(uri: str, chunk: Chunk, index: int, batch: int, plan: TablePlan,
                 part_rows: int) -> tuple[int, ChunkResult, list[Staged], dict]:
-    """Read one chunk and write its parts' files; its result, manifests and conversion counts (a Spark task)."""
-    stats = ConversionStats()
-    reader = ChunkReader(uri, chunk, batch, part_rows, stats)
-    tm = plan.table_map()
-    staged = [stage_part(plan, part, index, tm) for part in reader.parts()]
-    return index, reader.result, staged, dict(stats)
+    """Read one chunk and write its parts' files; its result, manifests and conversion counts."""
+    return stage_chunks(uri, [(index, chunk)], batch, {(chunk.database, chunk.table): plan}, part_rows)[0]
 
 
 def run_bootstrap(uri: str, tables: list[tuple[str, str]], lake: str, instance: str = "default",

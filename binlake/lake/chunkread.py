@@ -37,12 +37,19 @@ UNSUPPORTED = ("geometry", "point", "linestring", "polygon", "multipoint", "mult
                "geometrycollection", "geomcollection", "vector")
 FILE_COL, POS_COL = "__binlake_file", "__binlake_pos"
 # What the snapshot method runs on the reading connection before its SELECT: the snapshot, then its binlog
-# position into session variables, which the SELECT returns beside the rows (one connection, one snapshot).
+# position into session variables, which the SELECT returns beside the rows (one connection, one snapshot): on the
+# first row it sends only (@binlake_sent is set while that row is evaluated), NULL on the others, so that the
+# position costs neither the server nor the reader a value per row.
 SNAPSHOT_POSITION = [
     "SET @binlake_file = (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
     "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE')",
     "SET @binlake_pos = (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
     "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION')",
+    "SET @binlake_sent = NULL",
+]
+POSITION_COLUMNS = [
+    "IF(@binlake_sent IS NULL, CAST(@binlake_file AS CHAR), NULL) AS {file}",
+    "IF(@binlake_sent IS NULL, CAST(@binlake_pos AS UNSIGNED) + 0 * (@binlake_sent := 1), NULL) AS {pos}",
 ]
 SESSION = ["SET SESSION time_zone = '+00:00'", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
            "START TRANSACTION WITH CONSISTENT SNAPSHOT"]
@@ -75,7 +82,7 @@ def chunk_sql(tdef: TableDef, database: str, table: str, lower, upper, with_posi
     """The chunk's SELECT (key bounds are the planner's integers, written in as numbers)."""
     cols = select_expressions(tdef)
     if with_position:
-        cols = [f"CAST(@binlake_file AS CHAR) AS {FILE_COL}", f"CAST(@binlake_pos AS UNSIGNED) AS {POS_COL}", *cols]
+        cols = [POSITION_COLUMNS[0].format(file=FILE_COL), POSITION_COLUMNS[1].format(pos=POS_COL), *cols]
     sql = f"SELECT {', '.join(cols)} FROM {quote_name(database)}.{quote_name(table)}"
     key = tdef.primary_key[0] if tdef.primary_key else None
     where = []
@@ -84,6 +91,15 @@ def chunk_sql(tdef: TableDef, database: str, table: str, lower, upper, with_posi
     if key is not None and upper is not None:
         where.append(f"{quote_name(key)} < {int(upper)}")
     return sql + (" WHERE " + " AND ".join(where) if where else "")
+
+
+def snapshot_position(batch: pa.RecordBatch) -> tuple[str, int] | None:
+    """The snapshot's binlog position from the two leading columns of a batch (chunk_sql with_position), when
+    the batch holds the row that carries it."""
+    files = batch.column(0).drop_null()
+    if not len(files):
+        return None
+    return files[0].as_py(), int(batch.column(1).drop_null()[0].as_py() or 0)
 
 
 def connectorx_uri(uri: str, database: str) -> str:
@@ -98,13 +114,13 @@ def connectorx_uri(uri: str, database: str) -> str:
 
 def stream_select(uri: str, database: str, sql: str, snapshot: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """The SELECT's record batches, read inside a consistent snapshot in a UTC session on one connection
-    (with the snapshot's binlog position in two leading columns when `snapshot`)."""
+    (with the snapshot's binlog position in two leading columns when `snapshot`). The query is sent now and
+    connectorx receives the rows in the background (its own threads), so a caller can start the next chunk's
+    read before it works on this one's rows."""
     pre = SESSION + (SNAPSHOT_POSITION if snapshot else [])
     reader = connectorx.read_sql(connectorx_uri(uri, database), sql, return_type="arrow_stream",
                                  pre_execution_query=pre, batch_size=batch_rows)
-    for batch in reader:
-        if batch.num_rows:
-            yield batch
+    return (batch for batch in reader if batch.num_rows)
 
 
 def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats) -> pa.Array:
