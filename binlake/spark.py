@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .exitcodes import ExitCode
-from .lake.bootstrap import stage_chunk
+from .lake.bootstrap import stage_chunks
 from .lake.engines.base import EngineUnavailable
 from .lake.engines.deltaspark import spark_cause
 from .lake.ingest import run_task
@@ -232,28 +232,33 @@ def spark_executor(spark):
     return run
 
 
-def bootstrap_stager(spark):
-    """A bootstrap stager (binlake.lake.bootstrap.Stager): each chunk is a Spark task that reads it on its own
-    connection (snapshot or watermark method, as in-process) and writes its rows as Parquet files into the lake;
-    the driver gets back manifests only (file paths, sizes, statistics, positions) and commits them."""
+def bootstrap_stager(spark, tasks: int | None = None):
+    """A bootstrap stager (binlake.lake.bootstrap.Stager): Spark tasks read the chunks, each on its own connection
+    (snapshot or watermark method, as in-process), and write their rows as Parquet files into the lake; the
+    driver gets back manifests only (file paths, sizes, statistics, positions) and commits them.
+
+    `tasks` (default: twice the default parallelism) tasks take the chunks in turn, each reading its chunks one
+    ahead (binlake.lake.bootstrap.stage_chunks: the server sends the next chunk while the task converts and
+    writes the current one), so the per-task costs are paid a few times rather than once per chunk."""
     def run(uri, chunks, batch, plans, part_rows):
         if not chunks:
             return []
+        count = max(1, min(len(chunks), tasks or 2 * spark.sparkContext.defaultParallelism))
+        groups = [list(enumerate(chunks))[n::count] for n in range(count)]
         shared = spark.sparkContext.broadcast((uri, batch, plans, part_rows))
 
-        def task(item):
-            index, chunk = item
+        def task(group):
             uri, batch, plans, part_rows = shared.value
-            return stage_chunk(uri, chunk, index, batch, plans[(chunk.database, chunk.table)], part_rows)
+            return stage_chunks(uri, group, batch, plans, part_rows)
 
-        rdd = spark.sparkContext.parallelize(list(enumerate(chunks)), len(chunks))
+        rdd = spark.sparkContext.parallelize(groups, len(groups))
         try:
-            return rdd.map(task).collect()
+            return sorted((item for items in rdd.map(task).collect() for item in items), key=lambda r: r[0])
         except Exception as exc:
             if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException") and \
                     "Job aborted" not in str(exc):
                 raise
-            raise _chunk_failure(exc, chunks) from None
+            raise _chunk_failure(exc, [g[0][1] for g in groups]) from None
         finally:
             shared.unpersist()
 
@@ -262,7 +267,8 @@ def bootstrap_stager(spark):
 
 def _chunk_failure(exc: BaseException, chunks: list) -> SparkTaskFailed:
     """The one-line error for a failed Spark job of bootstrap chunks: the chunk reader's own line (it names the
-    table and key range) when the task's error carries it, else the cause and the chunk of the failed task."""
+    table and key range) when the task's error carries it, else the cause and the (first) chunk of the failed
+    task (`chunks`: each task's first chunk)."""
     text = str(exc)
     own = re.search(r"(?:ChunkReadError|BootstrapError): ([^\n]+)", text)
     if own:
