@@ -2,8 +2,12 @@
 `mariadb-dump --single-transaction --quick` of the same table in the same run.
 
 Reported per table and tool: wall seconds, rows/s, MB/s (MB = the size of mariadb-dump's output for that table, the
-same figure for every tool, so MB/s compares like rows/s), CPU seconds and peak RSS of the process that reads,
-and the machine's load average around each run. Each configuration runs in a fresh child process:
+same figure for every tool, so MB/s compares like rows/s), CPU seconds (user+sys) of the process that reads
+(`cpu`; for Spark the driver only) and of the server (`server_cpu`), peak RSS, and the machine's load average
+around each run. Each figure is the median over `--repeat` runs; besides the rows/s ratio to mariadb-dump
+(`..._over_dump_rows_per_s`, wall time: meaningful on a quiet machine only) the client CPU ratio
+(`..._over_dump_cpu` = dump's CPU / binlake's CPU for the same rows: what a loaded machine still measures). Each
+configuration runs in a fresh child process:
 
 - `dump`: mariadb-dump to /dev/null (the server's own read speed, one client core);
 - `binlake-1core`: binlake bootstrap in-process pinned to one core (`taskset -c 0`, --readers 1);
@@ -13,7 +17,7 @@ and the machine's load average around each run. Each configuration runs in a fre
 Usage (the machine's other load slows every run; compare figures of one run):
 
     .venv/bin/python benchmarks/bootstrap.py [--rows 1000000] [--wide-rows 250000] [--repeat 2] [--json OUT]
-        [--no-spark]
+        [--no-spark] [--only binlake-1core,binlake]
 """
 
 from __future__ import annotations
@@ -90,6 +94,18 @@ def make_tables(server, rows: int, wide_rows: int) -> None:
         cur.execute(f"INSERT INTO bench.w40 SELECT seq, {', '.join(exprs)} FROM bench.seq_1_to_{wide_rows}")
 
 
+def server_cpu(server) -> float:
+    """The private server's CPU seconds so far (user+sys, from /proc)."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def port_of(uri: str) -> str:
     return uri.rsplit(":", 1)[1].strip("/")
 
@@ -127,8 +143,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--wide-rows", type=int, default=250_000)
     parser.add_argument("--chunk-rows", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=2, help="runs per configuration; the fastest is reported")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per configuration; medians are reported")
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--only", help="comma-separated binlake configurations to run (dump always runs)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     from binlake.testing.mariadb import PrivateMariaDB
@@ -140,27 +157,33 @@ def main() -> int:
         make_tables(server, args.rows, args.wide_rows)
         figures["table_build_seconds"] = round(time.perf_counter() - t, 1)
         modes = ["dump", "binlake-1core", "binlake"] + ([] if args.no_spark else ["spark-local2"])
+        if args.only:
+            modes = ["dump"] + [m for m in modes[1:] if m in args.only.split(",")]
         for table, rows in (("bench.t12", args.rows), ("bench.w40", args.wide_rows)):
             out: dict = {"rows": rows}
             runs: dict = {m: [] for m in modes}
             for _ in range(max(1, args.repeat)):
                 for mode in modes:  # alternated, so that other load falls on every configuration alike
-                    before = os.getloadavg()[0]
+                    before, server_before = os.getloadavg()[0], server_cpu(server)
                     run = run_dump(server.uri, table) if mode == "dump" else run_binlake(mode, server.uri, table,
                                                                                        args.chunk_rows)
+                    run["server_cpu"] = round(server_cpu(server) - server_before, 2)
                     run["load_before"], run["load_after"] = round(before, 1), round(os.getloadavg()[0], 1)
                     print(f"{table} {mode}: {run['wall']:.2f} s, load {run['load_before']}", file=sys.stderr)
                     runs[mode].append(run)
             mb = min(r["bytes"] for r in runs["dump"]) / 1e6
             for mode in modes:
-                best = min(runs[mode], key=lambda r: r["wall"])
-                best["rows_per_s"] = round(rows / best["wall"])
-                best["mb_per_s"] = round(mb / best["wall"], 1)
-                best["wall"], best["cpu"] = round(best["wall"], 2), round(best["cpu"], 2)
-                out[mode] = best
+                got = {k: round(median([r[k] for r in runs[mode]]), 2) for k in runs[mode][0]
+                       if isinstance(runs[mode][0][k], (int, float))}
+                got["rows_per_s"] = round(rows / got["wall"])
+                got["mb_per_s"] = round(mb / got["wall"], 1)
+                got["runs"] = len(runs[mode])
+                out[mode] = got
             out["dump_mb"] = round(mb, 1)
             for mode in modes[1:]:
                 out[f"{mode}_over_dump_rows_per_s"] = round(out[mode]["rows_per_s"] / out["dump"]["rows_per_s"], 2)
+                if mode != "spark-local2":
+                    out[f"{mode}_over_dump_cpu"] = round(out["dump"]["cpu"] / out[mode]["cpu"], 2)
             figures["tables"][table] = out
     finally:
         server.stop()
