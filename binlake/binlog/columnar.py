@@ -25,7 +25,7 @@ from operator import and_, not_
 from typing import Any
 
 from .charsets import BINARY, codec_of, decode_mysql_latin1, decoder_for
-from .constants import RowsKind
+from .constants import RK
 from .jsonb import decode_jsonb_text
 from .packing import BodyError
 from .rowcodegen import FRAC3, date_part, make_fast_decimal, timestamp_base
@@ -696,19 +696,19 @@ def unpack_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> tuple[t
         fmt = plan.walk_exact(buf, off, end)
     flat = _unpack_from(fmt, buf, off)
     n = len(flat) // plan.nfields
-    if kind == RowsKind.UPDATE and n % 2:
+    if kind == RK.UPDATE and n % 2:
         raise BodyError("the last updated row has no after image")
     return flat, n
 
 
 def convert_images(plan: EventPlan, flat: tuple, n: int, kind: int) -> ColumnarPairs:
     """The (before, after) pairs of unpacked images (n of them; updates alternate before and after images)."""
-    if kind == RowsKind.UPDATE:
+    if kind == RK.UPDATE:
         reuse: dict = {}
         before = plan.columns(flat, 0, 2, reuse)
         return ColumnarPairs(before, plan.columns(flat, 1, 2, reuse), n // 2)
     cols = plan.columns(flat, 0, 1)
-    if kind == RowsKind.WRITE:
+    if kind == RK.WRITE:
         return ColumnarPairs(None, cols, n)
     return ColumnarPairs(cols, None, n)
 
@@ -725,7 +725,7 @@ def defer_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> Columnar
     the events of the same plan and kind that follow it (a statement's rows come in events of a few KiB, too
     few values for whole-column conversion to pay off one event at a time)."""
     flat, n = unpack_event(plan, buf, off, end, kind)
-    pairs = ColumnarPairs(None, None, n // 2 if kind == RowsKind.UPDATE else n)
+    pairs = ColumnarPairs(None, None, n // 2 if kind == RK.UPDATE else n)
     pairs.pending = (plan, kind, flat, n)
     return pairs
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from types import SimpleNamespace
 
 MAGIC = b"\xfebin"
 HEADER_LEN = 19  # v4 common header
@@ -82,7 +83,8 @@ EVENT_NAMES: dict[int, str] = {int(e): e.name for e in EventType}
 
 
 def event_name(code: int) -> str:
-    return EVENT_NAMES.get(code, f"type{code}")
+    name = EVENT_NAMES.get(code)
+    return name if name is not None else f"type{code}"
 
 
 class RowsKind(IntEnum):
@@ -92,6 +94,15 @@ class RowsKind(IntEnum):
     UPDATE = 2
     DELETE = 3
 
+
+def _plain(enum: type[IntEnum]) -> SimpleNamespace:
+    return SimpleNamespace(**{m.name: int(m) for m in enum})
+
+
+# The members as plain ints, for the decoder's per-event code: reading a member off an IntEnum class costs about
+# 250 ns in CPython 3.11 (a descriptor call), off a namespace about 20 ns; the values compare and hash the same.
+ET = _plain(EventType)
+RK = _plain(RowsKind)
 
 ROWS_EVENTS: dict[int, tuple[RowsKind, int, bool]] = {
     # type code -> (kind, version, compressed)

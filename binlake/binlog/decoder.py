@@ -20,7 +20,7 @@ import zstandard
 
 from .coltypes import TYPES
 from .columnar import ColumnarPairs, convert_pending, pending_key
-from .constants import HEADER_LEN, ROWS_EVENTS, EventType, RowsKind, event_name
+from .constants import ET, HEADER_LEN, RK, ROWS_EVENTS, event_name
 from .errors import (
     BinlogError,
     CorruptEvent,
@@ -55,20 +55,29 @@ from .stream import END_COMPLETE, EventStream, RawEvent, StreamEnd, is_ignorable
 from .tablemap import TableMap
 from .values import ValueError_
 
-OPS = {RowsKind.WRITE: OP_INSERT, RowsKind.UPDATE: OP_UPDATE, RowsKind.DELETE: OP_DELETE}
+OPS = {RK.WRITE: OP_INSERT, RK.UPDATE: OP_UPDATE, RK.DELETE: OP_DELETE}
 HEADER = struct.Struct("<IBIIIH")
 
 SKIPPED = "skipped"
-_GTID_TYPES = frozenset({EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTID_TAGGED, EventType.MARIA_GTID})
+_GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED, ET.MARIA_GTID})
+_MYSQL_GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED})
+_QUERY_TYPES = frozenset({ET.QUERY, ET.MARIA_QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
+_TABLE_MAP, _XID, _MARIA_GTID = ET.TABLE_MAP, ET.XID, ET.MARIA_GTID
+# The types _FileState._check_order looks at (besides any event after a TABLE_MAP).
+_ORDER_CHECKED = frozenset({ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK, ET.EXECUTE_LOAD_QUERY,
+                            ET.DELETE_FILE, ET.XID, ET.INCIDENT})
 # Written only by MySQL 4.x (binlog format v3): a version-4 binlog never holds them.
-_PRE_V4_TYPES = frozenset({EventType.LOAD, EventType.SLAVE, EventType.CREATE_FILE, EventType.EXEC_LOAD,
-                           EventType.NEW_LOAD})
+_PRE_V4_TYPES = frozenset({ET.LOAD, ET.SLAVE, ET.CREATE_FILE, ET.EXEC_LOAD,
+                           ET.NEW_LOAD})
+# Types checked for a wrong version (pre-v4) or a missing ignorable flag.
+_FLAG_CHECKED = _PRE_V4_TYPES | {ET.IGNORABLE, ET.ROWS_QUERY}
 # MariaDB 5.3 hires TIME/DATETIME/TIMESTAMP: their precision comes from the schema, not the TABLE_MAP.
 _OLD_TEMPORAL = frozenset(code for code, spec in TYPES.items() if spec.fsp_from_schema)
 # Consecutive rows events of one table and kind are converted together (columnar.convert_pending), up to this many
 # raw fields held at once (about 40 bytes each plus their values): enough values per numpy call for its fixed cost
 # to vanish, few enough that a large transaction decodes in the memory of a small one.
 GROUP_FIELDS = 1 << 16
+GROUP_ITEMS = 8192  # and at most this many rows events and commit records waiting with them
 
 
 class _Unreadable:
@@ -281,10 +290,12 @@ class BinlogDecoder:
         counts = self.event_counts
         per_second = self.events_per_second
         # Rows events decoded only up to their raw fields (columnar.defer_event), waiting to be converted together
-        # with the next ones of the same table and kind; every other item first yields them.
-        group: list[RowBatch] = []
-        group_key = None
-        group_fields = 0
+        # with the other ones of the same plan and kind (`groups`); `held` is everything read since the first of
+        # them, in binlog order: those rows events and the commit records between them, so that the rows of many
+        # small transactions, over several tables and kinds, convert together. Any other item first yields them.
+        groups: dict = {}
+        held: list = []
+        held_fields = 0
         try:
             for ev in stream:
                 if stop is not None and ev.pos >= stop:
@@ -295,19 +306,27 @@ class BinlogDecoder:
                 per_second[ev.timestamp] += 1
                 try:
                     for item in state.handle(ev, ev.buf, ev.body, ev.body_end, ev.type, 0, stream.fde):
-                        rows = item.pairs if type(item) is RowBatch else None
-                        if type(rows) is ColumnarPairs and rows.pending is not None:
-                            key = pending_key(rows)
-                            if group and (key != group_key or group_fields >= GROUP_FIELDS):
-                                yield from _converted(group)
-                                group_fields = 0
-                            group_key = key
-                            group.append(item)
-                            group_fields += len(rows.pending[2])
+                        if type(item) is RowBatch:
+                            rows = item.pairs
+                            if type(rows) is ColumnarPairs and rows.pending is not None:
+                                if held_fields >= GROUP_FIELDS or len(held) >= GROUP_ITEMS:
+                                    yield from _converted(groups, held)
+                                    held_fields = 0
+                                key = pending_key(rows)
+                                group = groups.get(key)
+                                if group is None:
+                                    groups[key] = [item]
+                                else:
+                                    group.append(item)
+                                held.append(item)
+                                held_fields += len(rows.pending[2])
+                                continue
+                        elif held and item.kind == "commit":
+                            held.append(item)
                             continue
-                        if group:
-                            yield from _converted(group)
-                            group_fields = 0
+                        if held:
+                            yield from _converted(groups, held)
+                            held_fields = 0
                         yield item
                 except BodyError as exc:
                     raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
@@ -316,11 +335,11 @@ class BinlogDecoder:
                 except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
                     raise CorruptEvent(f"{event_name(ev.type)} event is malformed ({exc})", name, ev.pos) from None
         except Exception:
-            if group:  # what was read before the error comes out before it, as it would undeferred
-                yield from _converted(group)
+            if held:  # what was read before the error comes out before it, as it would undeferred
+                yield from _converted(groups, held)
             raise
-        if group:
-            yield from _converted(group)
+        if held:
+            yield from _converted(groups, held)
         if result.end is None:
             result.end = stream.end or StreamEnd(0, END_COMPLETE)
         if stream.first_fde is not None:
@@ -328,32 +347,41 @@ class BinlogDecoder:
         result.in_use = stream.in_use
 
 
-def _converted(group: list[RowBatch]) -> Iterator[RowBatch]:
-    """Convert a group of deferred rows events (columnar.convert_pending) and yield them in order; emptied.
+def _converted(groups: dict, held: list) -> Iterator:
+    """Convert the deferred rows events of each group (one plan and kind: columnar.convert_pending) and yield
+    `held` (those events and the commit records read between them) in order; both emptied.
 
-    A bad value is reported at its own event, as when the event is decoded alone."""
-    batches = group[:]
-    group.clear()
+    A bad value is reported at its own event, as when the events are decoded alone: the items before the first
+    event (in binlog order) that fails come out, then its error."""
+    parts = list(groups.values())
+    items = held[:]
+    groups.clear()
+    held.clear()
+    failed = []
     # The conversion makes many containers and no reference cycles: the cyclic collector would only rescan the
     # live heap (about a tenth of the conversion time).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        convert_pending([b.pairs for b in batches])
-    except Exception as exc:
-        at = next(i for i, b in enumerate(batches) if b.pairs.pending is not None)
-        bad = batches[at]
-        yield from batches[:at]
+        for part in parts:
+            try:
+                convert_pending([b.pairs for b in part])
+            except Exception as exc:  # convert_pending leaves the failing event and those after it pending
+                failed.append((next(b for b in part if b.pairs.pending is not None), exc))
+    finally:
+        if collecting:
+            gc.enable()
+    if failed:
+        at = {id(item): i for i, item in enumerate(items)}
+        bad, exc = min(failed, key=lambda f: at[id(f[0])])
+        yield from items[: at[id(bad)]]
         where = f"rows event for {bad.table.qualified_name}"
         if isinstance(exc, (ValueError_, BodyError)):
             raise CorruptEvent(f"{where}: {exc}", bad.file, bad.pos) from None
         if isinstance(exc, (struct.error, IndexError, UnicodeDecodeError, OverflowError)):
             raise CorruptEvent(f"{where} is malformed ({exc})", bad.file, bad.pos) from None
-        raise
-    finally:
-        if collecting:
-            gc.enable()
-    yield from batches
+        raise exc
+    yield from items
 
 
 def event_type_counts(counts: Counter) -> dict[str, int]:
@@ -396,18 +424,20 @@ class _FileState:
             t.pos = pos
             t.first_ts = ts
 
-    def _end_txn(self, kind: str, ev: RawEvent, sub: int, **info) -> Iterator[EventRecord]:
+    def _end_txn(self, kind: str, ev: RawEvent, sub: int, **info) -> list[EventRecord]:
         t = self.txn
+        out = []
         if self.opts.commits or self.opts.all_events:
             rec = self._record(kind, ev, sub, **info)
             rec.info["summary"] = TransactionSummary(
                 t.rows, t.bytes + (0 if self.in_payload else ev.size), t.first_ts or ev.timestamp, ev.timestamp,
                 dict(t.tables),
             )
-            yield rec
+            out.append(rec)
         self.result.last_commit_end = ev.pos + ev.size
         self.txn = _Txn()
         self.tables.clear()
+        return out
 
     def _time_ok(self, ts: int) -> bool:
         o = self.opts
@@ -416,17 +446,20 @@ class _FileState:
     # -- dispatch --------------------------------------------------------------------------------------
     def handle(
         self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int, fde: FormatDescription
-    ) -> Iterator[RowChange | EventRecord]:
+    ) -> Iterable[RowBatch | EventRecord]:
+        """The items of one event, as an iterable to go through at once (most events have none: `()`). Not a
+        generator: the per-event cost of small transactions is mostly such fixed costs."""
         t = self.txn
         if t.pos is not None and not self.in_payload:
             t.bytes += ev.size
         rows_info = ROWS_EVENTS.get(etype)
-        if etype in _PRE_V4_TYPES:
-            raise CorruptEvent(f"{event_name(etype)} event (MySQL 4.x LOAD DATA) in a version-4 binlog", self.name,
-                               ev.pos)
-        if etype in (EventType.IGNORABLE, EventType.ROWS_QUERY) and not is_ignorable(ev.flags):
-            raise CorruptEvent(f"{event_name(etype)} event without the ignorable flag its servers always set",
-                               self.name, ev.pos)
+        if etype in _FLAG_CHECKED:
+            if etype in _PRE_V4_TYPES:
+                raise CorruptEvent(f"{event_name(etype)} event (MySQL 4.x LOAD DATA) in a version-4 binlog",
+                                   self.name, ev.pos)
+            if not is_ignorable(ev.flags):
+                raise CorruptEvent(f"{event_name(etype)} event without the ignorable flag its servers always set",
+                                   self.name, ev.pos)
         if self.check_order:
             if etype in _GTID_TYPES:
                 # Even a relay log's partial transaction is never just a GTID directly followed by another.
@@ -436,89 +469,84 @@ class _FileState:
                 self._gtid_pending = ev.pos
             elif self._gtid_pending is not None:
                 self._gtid_pending = None
-            if self.stream.local_positions:
+            if self.stream.local_positions and (self._map_pending is not None or etype in _ORDER_CHECKED):
                 self._check_order(ev, etype, rows_info is not None)
         if rows_info is not None:
-            yield from self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
-            return
-        if etype == EventType.TABLE_MAP:
+            return self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
+        if etype == _TABLE_MAP:
             self._start_txn(ev.pos, ev.timestamp)
             self._table_map(ev, buf, body, end, fde)
             if self.opts.all_events:
                 tm = self.tables.get(int.from_bytes(buf[body : body + 6], "little"))
-                yield self._record("table_map", ev, sub, table=tm[0].qualified_name if tm else None)
-            return
-        if etype in (EventType.QUERY, EventType.MARIA_QUERY_COMPRESSED, EventType.EXECUTE_LOAD_QUERY):
-            yield from self._query(ev, buf, body, end, etype, sub, fde)
-            return
-        if etype == EventType.XID:
+                return (self._record("table_map", ev, sub, table=tm[0].qualified_name if tm else None),)
+            return ()
+        if etype == _XID:
             x = parse_xid(buf, body, end)
             self._start_txn(ev.pos, ev.timestamp)
-            yield from self._end_txn("commit", ev, sub, xid=x.xid)
-            return
-        if etype in (EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTID_TAGGED):
-            g = parse_gtid(buf, body, end, etype)
-            self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size)
-            self.tables.clear()
-            if self.opts.all_events:
-                yield self._record(
-                    "gtid", ev, sub, gtid=g.gtid, last_committed=g.last_committed,
-                    sequence_number=g.sequence_number, commit_ts_us=g.immediate_commit_ts_us,
-                    transaction_length=g.transaction_length,
-                )
-            return
-        if etype == EventType.MARIA_GTID:
+            return self._end_txn("commit", ev, sub, xid=x.xid)
+        if etype == _MARIA_GTID:
             g = parse_maria_gtid(buf, body, end, ev.server_id)
             self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size,
                             maria_standalone=g.standalone, explicit=not g.standalone)
             self.tables.clear()
             if self.opts.all_events:
-                yield self._record("gtid", ev, sub, gtid=g.gtid, standalone=g.standalone)
-            return
-        if etype == EventType.TRANSACTION_PAYLOAD:
-            yield from self._payload(ev, buf, body, end, fde)
-            return
-        if etype == EventType.FORMAT_DESCRIPTION:
+                return (self._record("gtid", ev, sub, gtid=g.gtid, standalone=g.standalone),)
+            return ()
+        if etype in _QUERY_TYPES:
+            return self._query(ev, buf, body, end, etype, sub, fde)
+        if etype in _MYSQL_GTID_TYPES:
+            g = parse_gtid(buf, body, end, etype)
+            self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size)
+            self.tables.clear()
+            if self.opts.all_events:
+                return (self._record(
+                    "gtid", ev, sub, gtid=g.gtid, last_committed=g.last_committed,
+                    sequence_number=g.sequence_number, commit_ts_us=g.immediate_commit_ts_us,
+                    transaction_length=g.transaction_length,
+                ),)
+            return ()
+        if etype == ET.TRANSACTION_PAYLOAD:
+            return self._payload(ev, buf, body, end, fde)
+        if etype == ET.FORMAT_DESCRIPTION:
             self.tables.clear()
             if self.opts.all_events:
                 f = self.stream.fde
-                yield self._record("format", ev, sub, server_version=f.server_version, checksum=f.checksum_alg,
-                                   in_use=bool(ev.flags & 1))
-            return
-        if etype == EventType.ROTATE:
+                return (self._record("format", ev, sub, server_version=f.server_version, checksum=f.checksum_alg,
+                                     in_use=bool(ev.flags & 1)),)
+            return ()
+        if etype == ET.ROTATE:
             r = parse_rotate(buf, body, end, fde)
             self.tables.clear()
             if self.opts.all_events:
-                yield self._record("rotate", ev, sub, next_file=r.next_file, position=r.position)
-            return
-        if etype == EventType.XA_PREPARE:
+                return (self._record("rotate", ev, sub, next_file=r.next_file, position=r.position),)
+            return ()
+        if etype == ET.XA_PREPARE:
             x = parse_xa_prepare(buf, body, end)
             self._start_txn(ev.pos, ev.timestamp)
-            yield from self._end_txn("commit", ev, sub, xa_prepare=True, one_phase=x.one_phase)
-            return
-        yield from self._other(ev, buf, body, end, etype, sub)
+            return self._end_txn("commit", ev, sub, xa_prepare=True, one_phase=x.one_phase)
+        return self._other(ev, buf, body, end, etype, sub)
 
     def _check_order(self, ev: RawEvent, etype: int, is_rows: bool) -> None:
         """Orders and flags every server writes, so that a damaged event type (with a matching CRC, or none) cannot
         turn an event into another that is silently skipped. Relay logs (which may hold a partial transaction) are
         exempt."""
         name, pos = self.name, ev.pos
-        if self._map_pending is not None and etype != EventType.TABLE_MAP:
+        if self._map_pending is not None and etype != ET.TABLE_MAP:
             if not is_rows:
                 raise CorruptEvent(f"the TABLE_MAP at {self._map_pending} is followed by {event_name(etype)}, not by "
                                    "a rows event", name, pos)
             self._map_pending = None
-        if etype == EventType.TABLE_MAP and self._map_pending is None:
+        if etype == ET.TABLE_MAP and self._map_pending is None:
             self._map_pending = pos
-        if etype == EventType.BEGIN_LOAD_QUERY:
+        if etype == ET.BEGIN_LOAD_QUERY:
             self._load_open = True
-        elif etype == EventType.APPEND_BLOCK and not self._load_open:
+        elif etype == ET.APPEND_BLOCK and not self._load_open:
             raise CorruptEvent("APPEND_BLOCK event without the BEGIN_LOAD_QUERY that starts its LOAD DATA", name, pos)
-        elif etype in (EventType.EXECUTE_LOAD_QUERY, EventType.DELETE_FILE):
+        elif etype in (ET.EXECUTE_LOAD_QUERY, ET.DELETE_FILE):
             self._load_open = False
-        if etype == EventType.XID and self.txn.pos is None:
+        if etype == ET.XID and self.txn.pos is None:
             raise CorruptEvent("XID event ends no transaction (nothing since the last commit)", name, pos)
-        if etype == EventType.INCIDENT and (self.txn.explicit or self.txn.rows):
+        if etype == ET.INCIDENT and (self.txn.explicit or self.txn.rows):
             # Servers write an INCIDENT straight to the binlog, between transactions (after one's COMMIT/XID, with
             # its own GTID): one after BEGIN or rows is a damaged type (e.g. a rows event's, whose rows it drops).
             raise CorruptEvent("INCIDENT event inside a transaction (after its BEGIN or rows); servers write "
@@ -526,59 +554,59 @@ class _FileState:
 
     def _other(self, ev: RawEvent, buf: bytes, body: int, end: int, etype: int, sub: int) -> Iterator[EventRecord]:
         want = self.opts.all_events
-        if etype == EventType.STOP:
+        if etype == ET.STOP:
             if want:
                 yield self._record("stop", ev, sub)
-        elif etype == EventType.PREVIOUS_GTIDS:
+        elif etype == ET.PREVIOUS_GTIDS:
             p = parse_previous_gtids(buf, body, end)
             if want:
                 yield self._record("previous_gtids", ev, sub, gtid_set=p.text())
-        elif etype == EventType.INTVAR:
+        elif etype == ET.INTVAR:
             x = parse_intvar(buf, body, end)
             if want:
                 yield self._record("intvar", ev, sub, kind=x.kind, value=x.value)
-        elif etype == EventType.RAND:
+        elif etype == ET.RAND:
             x = parse_rand(buf, body, end)
             if want:
                 yield self._record("rand", ev, sub, seed1=x.seed1, seed2=x.seed2)
-        elif etype == EventType.USER_VAR:
+        elif etype == ET.USER_VAR:
             x = parse_user_var(buf, body, end)
             if want:
                 yield self._record("user_var", ev, sub, name=x.name, is_null=x.is_null,
                                    value=x.value.hex() if x.value is not None else None)
-        elif etype in (EventType.ROWS_QUERY, EventType.MARIA_ANNOTATE_ROWS):
-            text = (parse_rows_query(buf, body, end).text if etype == EventType.ROWS_QUERY
+        elif etype in (ET.ROWS_QUERY, ET.MARIA_ANNOTATE_ROWS):
+            text = (parse_rows_query(buf, body, end).text if etype == ET.ROWS_QUERY
                     else bytes(buf[body:end]).decode("utf-8", "replace"))
             if want:
                 yield self._record("rows_query", ev, sub, query=text)
-        elif etype == EventType.INCIDENT:
+        elif etype == ET.INCIDENT:
             x = parse_incident(buf, body, end)
             if want:
                 yield self._record("incident", ev, sub, incident=x.kind, message=x.message)
-        elif etype in (EventType.HEARTBEAT, EventType.HEARTBEAT_V2):
+        elif etype in (ET.HEARTBEAT, ET.HEARTBEAT_V2):
             if want:
                 yield self._record("heartbeat", ev, sub)
-        elif etype == EventType.MARIA_GTID_LIST:
+        elif etype == ET.MARIA_GTID_LIST:
             x = parse_maria_gtid_list(buf, body, end)
             if want:
                 yield self._record("gtid_list", ev, sub, gtids=x.gtids)
-        elif etype == EventType.MARIA_BINLOG_CHECKPOINT:
+        elif etype == ET.MARIA_BINLOG_CHECKPOINT:
             x = parse_binlog_checkpoint(buf, body, end)
             if want:
                 yield self._record("checkpoint", ev, sub, checkpoint_file=x.text)
-        elif etype == EventType.MARIA_START_ENCRYPTION:
+        elif etype == ET.MARIA_START_ENCRYPTION:
             if want:
                 yield self._record("other", ev, sub, encrypted=True)
-        elif etype in (EventType.BEGIN_LOAD_QUERY, EventType.APPEND_BLOCK, EventType.CREATE_FILE,
-                       EventType.EXEC_LOAD, EventType.DELETE_FILE, EventType.LOAD, EventType.NEW_LOAD):
+        elif etype in (ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK, ET.CREATE_FILE,
+                       ET.EXEC_LOAD, ET.DELETE_FILE, ET.LOAD, ET.NEW_LOAD):
             self._start_txn(ev.pos, ev.timestamp)
             if want:
                 yield self._record("load_data", ev, sub, bytes=end - body)
-        elif etype in (EventType.IGNORABLE, EventType.TRANSACTION_CONTEXT, EventType.VIEW_CHANGE,
-                       EventType.MARIA_PARTIAL_ROW_DATA, EventType.SLAVE):
+        elif etype in (ET.IGNORABLE, ET.TRANSACTION_CONTEXT, ET.VIEW_CHANGE,
+                       ET.MARIA_PARTIAL_ROW_DATA, ET.SLAVE):
             if want:
                 yield self._record("other", ev, sub)
-        elif etype == EventType.START_V3:
+        elif etype == ET.START_V3:
             raise UnsupportedFeature("START_EVENT_V3 (MySQL 4.x binlog) is not supported", self.name, ev.pos)
         elif is_ignorable(ev.flags):
             if want:
@@ -617,7 +645,7 @@ class _FileState:
 
     # -- TABLE_MAP -------------------------------------------------------------------------------------
     def _table_map(self, ev: RawEvent, buf, body, end, fde) -> None:
-        post = fde.post_header_len(EventType.TABLE_MAP) or 8
+        post = fde.post_header_len(ET.TABLE_MAP) or 8
         id_len = 4 if post == 6 else 6
         table_id = int.from_bytes(buf[body : body + id_len], "little")
         raw = bytes(buf[body + id_len : end])
@@ -671,7 +699,8 @@ class _FileState:
         return not (o.tables is not None and not o.tables.search(tm.qualified_name))
 
     # -- rows ------------------------------------------------------------------------------------------
-    def _rows(self, ev: RawEvent, buf, body, end, etype, sub, fde, info) -> Iterator[RowChange]:
+    def _rows(self, ev: RawEvent, buf, body, end, etype, sub, fde, info) -> list:
+        """The event's RowBatch (or its table_error record), in a list."""
         kind, version, compressed = info
         rh = parse_rows_header(buf, body, end, fde, etype, kind, version, compressed)
         entry = self.tables.get(rh.table_id)
@@ -684,23 +713,23 @@ class _FileState:
         t = self.txn
         self._start_txn(ev.pos, ev.timestamp)
         if dec is None:  # filtered out by --databases/--tables
-            return
+            return []
         if dec is SKIPPED:  # --on-schema-mismatch skip: every skipped event is reported
             self.d.skipped.append(SkippedEvent(self.name, ev.pos, tm.qualified_name, "rows event skipped"))
-            return
+            return []
         if type(dec) is _Unreadable:  # held back with a per-table error; the read goes on
             err = UnreadableTableMap(self.name, ev.pos, tm.database, tm.table, dec.reason,
                                      dec.pos if not self.in_payload else None)
             self.d.table_errors.append(err)
             if self.opts.commits or self.opts.all_events:
-                yield self._record("table_error", ev, sub, table=tm.qualified_name, error=str(err))
-            return
+                return [self._record("table_error", ev, sub, table=tm.qualified_name, error=str(err))]
+            return []
         op = OPS[kind]
         opts = self.opts
         if opts.ops is not None and op not in opts.ops:
-            return
-        if not self._time_ok(ev.timestamp):
-            return
+            return []
+        if (opts.start_time is not None or opts.stop_time is not None) and not self._time_ok(ev.timestamp):
+            return []
         name, pos, txn_pos, ts, gtid = self.name, ev.pos, t.pos, ev.timestamp, t.gtid
         try:
             rows = decode_rows(rh, dec, defer=dec.deferrable)
@@ -714,18 +743,18 @@ class _FileState:
                 err = UnreadableTableMap(name, pos, tm.database, tm.table, reason)
                 self.d.table_errors.append(err)
                 if opts.commits or opts.all_events:
-                    yield self._record("table_error", ev, sub, table=tm.qualified_name, error=str(err))
-                return
+                    return [self._record("table_error", ev, sub, table=tm.qualified_name, error=str(err))]
+                return []
             if not isinstance(exc, (ValueError_, BodyError)):
                 raise  # reported as a malformed event by the caller
             raise CorruptEvent(f"{event_name(etype)} for {tm.qualified_name}: {exc}", name, pos) from None
         n = len(rows)
-        yield RowBatch(name, pos, txn_pos, sub, ts, gtid, tm, op, rows)
         t.rows += n
         t.last_ts = ts
         q = tm.qualified_name
         t.tables[q] = t.tables.get(q, 0) + n
         self.result.rows += n
+        return [RowBatch(name, pos, txn_pos, sub, ts, gtid, tm, op, rows)]
 
     # -- TRANSACTION_PAYLOAD ---------------------------------------------------------------------------
     def _payload(self, ev: RawEvent, buf, body, end, fde) -> Iterator[RowChange | EventRecord]:

@@ -8,7 +8,7 @@ import zlib
 from dataclasses import dataclass
 
 from .charsets import decode_text
-from .constants import EventType
+from .constants import ET
 from .fde import FormatDescription
 from .packing import BodyError, need, packed_int, take
 
@@ -236,9 +236,9 @@ def parse_query(buf: bytes, body: int, end: int, fde: FormatDescription, event_t
         raise BodyError("database name runs past the event")
     q.database = db.decode("utf-8", "replace")
     raw = bytes(buf[off:end])
-    if event_type == EventType.MARIA_QUERY_COMPRESSED:
+    if event_type == ET.MARIA_QUERY_COMPRESSED:
         raw = maria_uncompress(raw)
-    elif event_type == EventType.EXECUTE_LOAD_QUERY:
+    elif event_type == ET.EXECUTE_LOAD_QUERY:
         pass
     q.query = decode_text(raw, q.charset_client)
     return q
@@ -265,7 +265,7 @@ def maria_uncompress(raw: bytes) -> bytes:
 
 
 def parse_rotate(buf: bytes, body: int, end: int, fde: FormatDescription) -> RotateEvent:
-    post = fde.post_header_len(EventType.ROTATE) or 8
+    post = fde.post_header_len(ET.ROTATE) or 8
     need(body, post, end)
     position = U64.unpack_from(buf, body)[0] if post >= 8 else 4
     return RotateEvent(position, bytes(buf[body + post : end]).decode("utf-8", "replace"))
@@ -309,13 +309,13 @@ def _sid(raw: bytes) -> str:
 
 
 def parse_gtid(buf: bytes, body: int, end: int, event_type: int) -> GtidEvent:
-    if event_type == EventType.GTID_TAGGED:
+    if event_type == ET.GTID_TAGGED:
         return _parse_tagged_gtid(buf, body, end)
     need(body, 25, end)
     flags = buf[body]
     sid = _sid(buf[body + 1 : body + 17])
     gno = U64.unpack_from(buf, body + 17)[0]
-    ev = GtidEvent(flags, sid, gno, anonymous=event_type == EventType.ANONYMOUS_GTID)
+    ev = GtidEvent(flags, sid, gno, anonymous=event_type == ET.ANONYMOUS_GTID)
     off = body + 25
     if off < end and buf[off] == 2:  # logical clock type code
         need(off, 17, end)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 
 from .constants import BINLOG_CHECKSUM_ALG_CRC32, BINLOG_CHECKSUM_ALG_OFF, BINLOG_CHECKSUM_ALG_UNDEF, EventType
 from .errors import CorruptEvent
@@ -40,7 +41,7 @@ class FormatDescription:
     def has_crc(self) -> bool:
         return self.checksum_alg == BINLOG_CHECKSUM_ALG_CRC32
 
-    @property
+    @cached_property  # asked per TABLE_MAP and rows event
     def is_mariadb(self) -> bool:
         return "mariadb" in self.server_version.lower()
 

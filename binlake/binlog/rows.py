@@ -9,8 +9,8 @@ from typing import Any
 from .charsets import decode_text
 from .coltypes import TYPES, Meta, character_types, codecs_for, signedness_types
 from .columnar import ColumnarPairs, EventPlan, decode_event, defer_event
+from .constants import ET, RK, TableMapMeta
 from .constants import ColumnType as T
-from .constants import EventType, RowsKind, TableMapMeta
 from .events import maria_uncompress
 from .fde import FormatDescription
 from .jsonb import apply_json_diffs, decode_jsonb, parse_json_diffs, to_json_text
@@ -24,6 +24,7 @@ COLUMNAR = True  # decode whole events column by column (columnar.py); False: ro
 # Larger rows events (a raised binlog_row_event_max_size) go row by row: one struct format and one tuple of all
 # their fields would hold several copies of the event at once.
 COLUMNAR_MAX_BYTES = 4 << 20
+SMALL_EVENT_BYTES = 1024  # rows events up to this size are converted in groups whatever their column types
 
 _FSP_FROM_SCHEMA = frozenset(code for code, spec in TYPES.items() if spec.fsp_from_schema)
 
@@ -83,7 +84,7 @@ def _msb_bits(data: bytes, count: int) -> list[bool]:
 
 
 def parse_table_map(buf: bytes, body: int, end: int, fde: FormatDescription) -> TableMap:
-    post = fde.post_header_len(EventType.TABLE_MAP) or 8
+    post = fde.post_header_len(ET.TABLE_MAP) or 8
     need(body, post, end)
     if post == 6:
         table_id = int.from_bytes(buf[body : body + 4], "little")
@@ -285,13 +286,13 @@ def parse_rows_header(
     ncols, off = packed_int(buf, off, end)
     present, off = _bitmap(buf, off, ncols, end)
     present_after = present
-    if kind == RowsKind.UPDATE and version > 0:  # pre-GA updates share one bitmap for both images
+    if kind == RK.UPDATE and version > 0:  # pre-GA updates share one bitmap for both images
         present_after, off = _bitmap(buf, off, ncols, end)
     if compressed:
         data = maria_uncompress(bytes(buf[off:end]))
         buf, off, end = data, 0, len(data)
     return RowsEvent(kind, table_id, flags, ncols, present, present_after, buf, off, end,
-                     event_type == EventType.PARTIAL_UPDATE_ROWS, version)
+                     event_type == ET.PARTIAL_UPDATE_ROWS, version)
 
 
 class RowImageDecoder:
@@ -388,30 +389,34 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder, defer: bool = False) -> lis
     if ev.partial:
         return list(_iter_partial(ev, dec))
     kind = ev.kind
-    if (ev.version and (kind != RowsKind.UPDATE or ev.present_after == ev.present) and COLUMNAR
+    if (ev.version and (kind != RK.UPDATE or ev.present_after == ev.present) and COLUMNAR
             and end - off <= COLUMNAR_MAX_BYTES):
         plan = dec.event_plan(ev.present)
         if plan is not None:
-            return (defer_event if defer and plan.groups else decode_event)(plan, buf, off, end, kind)
+            # Deferred (converted with the next events of this plan and kind) when a column converts a whole
+            # column with numpy, or when the event is small: a few rows (single-row transactions) cost mostly the
+            # fixed cost of converting an event, which a group pays once.
+            grouped = defer and (plan.groups or end - off <= SMALL_EVENT_BYTES)
+            return (defer_event if grouped else decode_event)(plan, buf, off, end, kind)
     image = dec.plan(ev.present, ev.version)
     if off < end and _image_bytes(image) == 0 and (
-            kind != RowsKind.UPDATE or _image_bytes(dec.plan(ev.present_after, ev.version)) == 0):
+            kind != RK.UPDATE or _image_bytes(dec.plan(ev.present_after, ev.version)) == 0):
         # No column present: every row would take 0 bytes, and the rows could never reach the event's end.
         raise BodyError(f"rows event lists no column, yet {end - off} bytes of rows follow")
     out = []
     append = out.append
     nb = image.bitmap_bytes
-    if kind != RowsKind.UPDATE and nb in (1, 2):
+    if kind != RK.UPDATE and nb in (1, 2):
         # The common case, with the NULL-pattern dispatch inlined (one call per row instead of two).
         spec_get = image.specialized.get
         build = image.get
-        write = kind == RowsKind.WRITE
+        write = kind == RK.WRITE
         while off < end:
             nulls = buf[off] if nb == 1 else buf[off] | buf[off + 1] << 8
             fn = spec_get(nulls) or build(nulls)
             values, off = fn(buf, off + nb)
             append((None, values) if write else (values, None))
-    elif kind == RowsKind.UPDATE and nb in (1, 2) and image_after_bytes(dec, ev) == nb:
+    elif kind == RK.UPDATE and nb in (1, 2) and image_after_bytes(dec, ev) == nb:
         after_plan = dec.plan(ev.present_after, ev.version)
         get_b, build_b = image.specialized.get, image.get
         get_a, build_a = after_plan.specialized.get, after_plan.get
@@ -421,13 +426,13 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder, defer: bool = False) -> lis
             nulls = buf[off] if nb == 1 else buf[off] | buf[off + 1] << 8
             after, off = (get_a(nulls) or build_a(nulls))(buf, off + nb)
             append((before, after))
-    elif kind == RowsKind.UPDATE:
+    elif kind == RK.UPDATE:
         image_after = dec.plan(ev.present_after, ev.version)
         while off < end:
             before, off = image(buf, off)
             after, off = image_after(buf, off)
             append((before, after))
-    elif kind == RowsKind.WRITE:
+    elif kind == RK.WRITE:
         while off < end:
             after, off = image(buf, off)
             append((None, after))

@@ -73,15 +73,23 @@ class BinlogStats:
             # later than its earliest row event.
             first = s.first_ts if self._open_first_ts is None else min(s.first_ts, self._open_first_ts)
             self._open_first_ts = None
-            t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid,
-                        kept if self.filtered else s.rows, s.bytes, first, s.last_ts)
+            rows = kept if self.filtered else s.rows
+            last = s.last_ts
+            duration = max(0, last - first)
             self._seq += 1
-            self.commits_per_second[t.last_ts] += 1
-            if t.duration > self.delay_max[t.last_ts]:
-                self.delay_max[t.last_ts] = t.duration
-            self.delay_sum[t.last_ts] += t.duration
-            self._push(self._largest, (t.rows, t.bytes, -self._seq, t))
-            self._push(self._longest, (t.duration, t.rows, -self._seq, t))
+            seq = -self._seq
+            self.commits_per_second[last] += 1
+            if duration > self.delay_max[last]:
+                self.delay_max[last] = duration
+            self.delay_sum[last] += duration
+            # The transaction's TxnInfo is made only when it enters a top list (most do not).
+            t = None
+            for heap, key in ((self._largest, (rows, s.bytes, seq)), (self._longest, (duration, rows, seq))):
+                if len(heap) < self.top or key > heap[0][:3]:
+                    if t is None:
+                        t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes,
+                                    first, last)
+                    self._push(heap, (*key, t))
         elif r.kind == "statement":
             self.statements += 1
         elif r.kind == "ddl":
@@ -102,7 +110,7 @@ class BinlogStats:
         """Consume decode_files_batched output: a rows event's batch is counted at once."""
         add = self.add
         for item in items:
-            if hasattr(item, "pairs"):  # a RowBatch: one rows event
+            if type(item) is not EventRecord and type(item) is not RowChange:  # a RowBatch: one rows event
                 n = len(item.pairs)
                 if n:
                     self.rows_by_table[item.table.qualified_name][item.op] += n

@@ -19,6 +19,7 @@ from .constants import (
     BINLOG_CHECKSUM_ALG_CRC32,
     BINLOG_CHECKSUM_ALG_OFF,
     BINLOG_CHECKSUM_ALG_UNDEF,
+    ET,
     HEADER_LEN,
     LOG_EVENT_BINLOG_IN_USE_F,
     LOG_EVENT_IGNORABLE_F,
@@ -37,6 +38,8 @@ from .errors import (
 from .fde import FormatDescription, default_format_description, parse_format_description
 
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
+_U32 = struct.Struct("<I")
+_FDE, _ROTATE, _STOP, _START_ENCRYPTION = ET.FORMAT_DESCRIPTION, ET.ROTATE, ET.STOP, ET.MARIA_START_ENCRYPTION
 CHUNK = 1 << 20
 MAX_EVENT_SIZE = 1 << 31  # larger than any real event (max_allowed_packet is 1 GiB)
 
@@ -204,9 +207,15 @@ class EventStream:
             raise BadMagic(f"not a binlog file (starts with {self._buf[:8].hex()}, expected fe62696e)", name, 0)
         self._off = 4
         header_unpack = HEADER.unpack_from
+        crc_unpack = _U32.unpack_from
         crc32 = zlib.crc32
         first = True
         check_boundary = False
+        # What the current FORMAT_DESCRIPTION says, as locals (refreshed at each FORMAT_DESCRIPTION).
+        perm = self.fde.permutation
+        known = len(self.fde.post_header)
+        has_crc = self.fde.has_crc
+        verify = self.verify
         while True:
             if self._off + HEADER_LEN > len(self._buf) and not self._ensure(HEADER_LEN):
                 self._finish(len(self._buf) - self._off)
@@ -215,8 +224,8 @@ class EventStream:
             off = self._off
             pos = self._base + off
             ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
-            if self.fde.permutation is not None:
-                etype = self.fde.permutation.get(etype, etype)
+            if perm is not None:
+                etype = perm.get(etype, etype)
             if check_boundary:
                 # Right after a jump to --start-position: in a binlog, each header's next-position field is the
                 # event's end, which tells a real event boundary from arbitrary bytes.
@@ -225,24 +234,24 @@ class EventStream:
                     raise CorruptEvent(f"start position {pos} is not an event boundary", name, pos)
             if size < HEADER_LEN or size > MAX_EVENT_SIZE:
                 raise CorruptEvent(f"event length {size} is impossible (type {etype})", name, pos)
-            if first and etype != EventType.FORMAT_DESCRIPTION:
-                if etype == EventType.START_V3:
+            if first and etype != _FDE:
+                if etype == ET.START_V3:
                     raise UnsupportedFeature("binlog format v1/v3 (MySQL 4.x and older) is not supported", name, pos)
                 raise CorruptEvent(f"the first event is {_type_name(etype)}, not a FORMAT_DESCRIPTION", name, pos)
             if self.closed_at is not None and self.local_positions:
                 raise CorruptEvent(
                     f"{_type_name(etype)} event after the {_type_name(self.last_type)} that closed the file", name, pos)
-            if etype > len(self.fde.post_header) and not first and not flags & LOG_EVENT_IGNORABLE_F:
+            if etype > known and not first and not flags & LOG_EVENT_IGNORABLE_F:
                 # The FORMAT_DESCRIPTION lists a post-header length for every event type its server writes.
                 raise UnknownEvent(
                     f"event type {etype} is not one that server version {self.fde.server_version} writes (it knows "
                     f"{len(self.fde.post_header)} types)", name, pos)
-            if etype == EventType.ROTATE and log_pos == 0 and not first:
+            if etype == _ROTATE and log_pos == 0 and not first:
                 # The artificial ROTATE a source sends first: a relay log, whose events from here on carry the
                 # source's positions.
                 self.local_positions = False
             if (log_pos != pos + size and self.local_positions and (log_pos or self.zero_is_damage)
-                    and etype != EventType.FORMAT_DESCRIPTION):
+                    and etype != _FDE):
                 self._position_mismatch(etype, pos, size, log_pos)
             if off + size > len(buf):
                 if not self._ensure(size):
@@ -254,7 +263,7 @@ class EventStream:
                 buf = self._buf
                 off = self._off
             end = off + size
-            if etype == EventType.FORMAT_DESCRIPTION:
+            if etype == _FDE:
                 fde = parse_format_description(buf, off + HEADER_LEN, end, name, pos)
                 if fde.checksum_alg not in (BINLOG_CHECKSUM_ALG_OFF, BINLOG_CHECKSUM_ALG_CRC32, BINLOG_CHECKSUM_ALG_UNDEF):
                     raise UnsupportedFeature(f"unknown checksum algorithm {fde.checksum_alg}", name, pos)
@@ -269,6 +278,9 @@ class EventStream:
                             f"FORMAT_DESCRIPTION CRC32 {stored:08x} does not match its bytes", name, pos
                         )
                 self.fde = fde
+                perm = fde.permutation
+                known = len(fde.post_header)
+                has_crc = fde.has_crc
                 self._probe_crc = fde.has_checksum_byte and not fde.has_crc
                 if self.first_fde is None:
                     self.first_fde = fde
@@ -286,14 +298,14 @@ class EventStream:
                     self.local_positions = False
                 body_end = end - 4 if fde.checksum_alg == BINLOG_CHECKSUM_ALG_CRC32 else end
             else:
-                if first and etype == EventType.START_V3:
+                if first and etype == ET.START_V3:
                     raise UnsupportedFeature("binlog format v1/v3 (MySQL 4.x and older) is not supported", name, pos)
-                if self.fde.has_crc:
+                if has_crc:
                     body_end = end - 4
                     if body_end < off + HEADER_LEN:
                         raise CorruptEvent(f"event length {size} leaves no room for its checksum", name, pos)
-                    if self.verify:
-                        stored = int.from_bytes(buf[body_end:end], "little")
+                    if verify:
+                        stored = crc_unpack(buf, body_end)[0]
                         if crc32(memoryview(buf)[off:body_end]) != stored:
                             raise ChecksumMismatch(
                                 f"CRC32 {stored:08x} does not match the bytes of the {_type_name(etype)} event",
@@ -311,7 +323,7 @@ class EventStream:
                     self._probe_crc = False
             self._off = end
             self.last_type = etype
-            if etype in (EventType.ROTATE, EventType.STOP) and log_pos:
+            if etype in (_ROTATE, _STOP) and log_pos:
                 self.closed_at = pos + size
             ev = RawEvent(pos, ts, etype, server_id, size, log_pos, flags, buf, off, off + HEADER_LEN, body_end)
             yield ev
@@ -325,7 +337,7 @@ class EventStream:
                     # The FDE is always read (it decides framing); then jump straight to the requested event.
                     self._skip_to(target)
                     check_boundary = True
-            if etype == EventType.MARIA_START_ENCRYPTION:
+            if etype == _START_ENCRYPTION:
                 raise UnsupportedFeature(
                     "the binlog is encrypted (MariaDB START_ENCRYPTION); decrypt it with the server first",
                     name,
