@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import numpy as np
-
 from .constants import (
     BINLOG_CHECKSUM_ALG_CRC32,
     BINLOG_CHECKSUM_ALG_OFF,
@@ -406,6 +404,7 @@ class EventStream:
         checksums and the file's own positions (a relay log's are the source's)."""
         if not (self.fde.has_crc and self.local_positions and self.exact_positions):
             return None
+        import numpy as np  # only here: the decoder's start-up does without it
         buf, base = self._buf, self._base
         n = len(buf)
         step = 8 << 20

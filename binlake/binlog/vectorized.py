@@ -1,4 +1,5 @@
-"""Whole-column conversions with numpy: temporal texts, DECIMALs and latin1 text from a column's raw fields.
+"""Whole-column conversions with numpy: temporal texts and DECIMALs from a column's raw fields (numpy is imported
+by the first conversion: the decoder starts without it; latin1 text: columnar.latin1_texts).
 
 Each function takes the raw field of every image of one column (bytes of the column's fixed width; NULLs left
 out by the caller) and returns the column's values, exactly as the row-at-a-time decoders make them, or None
@@ -10,19 +11,27 @@ no cache to miss. Texts are written as ASCII digits into one byte matrix and dec
 
 from __future__ import annotations
 
-import re
-from itertools import repeat
-
-import numpy as np
+from typing import Any
 
 from .rowcodegen import _DECIMAL_CONTEXT
 
-_U8 = np.uint8
-_I64 = np.int64
-# Digits of 0..99 and 0..999 as ASCII rows.
-_D2 = np.array([[48 + i // 10, 48 + i % 10] for i in range(100)], dtype=_U8)
-_D3 = np.array([[48 + i // 100, 48 + i // 10 % 10, 48 + i % 10] for i in range(1000)], dtype=_U8)
-_D1 = np.array([[48 + i] for i in range(10)], dtype=_U8)
+# numpy and its tables, set by _load() on the first conversion (a binlog without such columns never imports numpy).
+np: Any = None
+_U8 = _I64 = _D1 = _D2 = _D3 = None
+
+
+def _load() -> None:
+    global np, _U8, _I64, _D1, _D2, _D3
+    if np is not None:
+        return
+    import numpy
+
+    _U8, _I64 = numpy.uint8, numpy.int64
+    # Digits of 0..9, 0..99 and 0..999 as ASCII rows.
+    _D1 = numpy.array([[48 + i] for i in range(10)], dtype=_U8)
+    _D2 = numpy.array([[48 + i // 10, 48 + i % 10] for i in range(100)], dtype=_U8)
+    _D3 = numpy.array([[48 + i // 100, 48 + i // 10 % 10, 48 + i % 10] for i in range(1000)], dtype=_U8)
+    np = numpy
 
 
 def _matrix(raws, width: int) -> np.ndarray:
@@ -98,6 +107,7 @@ def _fraction(m: np.ndarray, at: int, fsp: int, signed: bool) -> np.ndarray | No
 
 def datetime2_texts(raws, fsp: int) -> list[str] | None:
     """DATETIME2(fsp) fields (5 bytes + fraction) -> 'YYYY-MM-DD HH:MM:SS[.f]'."""
+    _load()
     nb = (fsp + 1) // 2
     m = _matrix(raws, 5 + nb)
     packed = _be(m, 0, 5) - 0x8000000000
@@ -131,6 +141,7 @@ def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def timestamp2_texts(raws, fsp: int) -> list[str] | None:
     """TIMESTAMP2(fsp) fields (4 bytes of epoch seconds + fraction) -> UTC text; second 0 is the zero date."""
+    _load()
     nb = (fsp + 1) // 2
     m = _matrix(raws, 4 + nb)
     secs = _be(m, 0, 4)
@@ -149,6 +160,7 @@ def timestamp2_texts(raws, fsp: int) -> list[str] | None:
 
 def date_texts(raws) -> list[str] | None:
     """DATE fields (3 bytes little-endian: year << 9 | month << 5 | day) -> 'YYYY-MM-DD'."""
+    _load()
     m = _matrix(raws, 3)
     v = m[:, 0].astype(_I64) | m[:, 1].astype(_I64) << 8 | m[:, 2].astype(_I64) << 16
     year = v >> 9
@@ -166,6 +178,7 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
     """DECIMAL fields -> Decimal with exactly `scale` digits after the point (groups: (bytes, digits) in storage
     order, the first n_int of them integer digits). Each value is written as fixed-width text ('+000123.45') and
     parsed by the decimal module in C; when values repeat, only the distinct ones are made."""
+    _load()
     m = _matrix(raws, size)
     n = len(m)
     if not n:
@@ -205,19 +218,9 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
     return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out)))
 
 
-_C1 = re.compile(rb"[\x80-\x9f]")
-
-
-def latin1_texts(raws, decode) -> list[str]:
-    """MySQL latin1 values: where no byte of the column is in 0x80-0x9F (where MySQL's latin1, Windows-1252,
-    differs from ISO latin-1), the interpreter's own latin-1 decoder, called from C for each value; else `decode`."""
-    if _C1.search(b"".join(raws)) is None:
-        return list(map(bytes.decode, raws, repeat("latin-1")))
-    return list(map(decode, raws))
-
-
 def int24_values(raws, signed: bool) -> list[int]:
     """MEDIUMINT fields (3 bytes little-endian) -> int."""
+    _load()
     m = _matrix(raws, 3)
     v = m[:, 0].astype(_I64) | m[:, 1].astype(_I64) << 8 | m[:, 2].astype(_I64) << 16
     if signed:
@@ -227,6 +230,7 @@ def int24_values(raws, signed: bool) -> list[int]:
 
 def time2_texts(raws, fsp: int) -> list[str] | None:
     """TIME2(fsp) fields (3 bytes + fraction) -> '[-]HH:MM:SS[.f]' (the hour takes 2 to 4 digits)."""
+    _load()
     nb, mult = _frac_bytes(fsp)
     m = _matrix(raws, 3 + nb)
     if fsp >= 5:
