@@ -440,6 +440,9 @@ class _Layout:
 
 
 _BITMAP_CODES = {1: "B", 2: "H"}
+# A little-endian length prefix of 1 to 4 bytes at buf[p], as generated walker code.
+_READ_LENGTH = {1: "buf[p]", 2: "buf[p] | buf[p + 1] << 8", 3: "buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16",
+                4: "buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16 | buf[p + 3] << 24"}
 MAX_INLINED = 8  # NULL patterns a generated walker tests inline
 
 
@@ -521,15 +524,16 @@ class EventPlan:
                 lines += ["            try:", f"                add_fmt(D{i}[n])", "            except KeyError:",
                           f"                add_fmt(P{i}[n])", f"                if len(D{i}) < 4096:",
                           f"                    D{i}[n] = P{i}[n]", f"            off += {lay.size} + n"]
-            elif all(prefix in (1, 2) for _, prefix, _ in lay.segments):
-                # Several variable values: read each length in turn, one %-format builds the image's codes.
+            elif all(prefix in _READ_LENGTH for _, prefix, _ in lay.segments):
+                # Several variable values (or one with a 3- or 4-byte length: BLOB, JSON): read each length in turn,
+                # one %-format builds the image's codes.
                 env[f"G{i}"] = "".join(f"{head}%ds" for _, _, head in lay.segments) + lay.tail
                 step_bytes = 0
                 names = []
                 for j, (since, prefix, _head) in enumerate(lay.segments):
                     advance = since + step_bytes
                     lines.append(f"            p = off + {advance}" if j == 0 else f"            p += {advance}")
-                    read_n = "buf[p]" if prefix == 1 else "buf[p] | buf[p + 1] << 8"
+                    read_n = _READ_LENGTH[prefix]
                     lines += [f"            n{j} = {read_n}", f"            p += n{j}"]
                     names.append(f"n{j}")
                     step_bytes = prefix

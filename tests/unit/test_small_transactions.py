@@ -18,7 +18,8 @@ from binlake.testing.binlog_writer import BinlogWriter, column
 
 MIXED = [("DECIMAL(12,2) NOT NULL", "d"), ("DATETIME(3)", "t"), ("VARCHAR(40) CHARACTER SET utf8mb4", "name"),
          ("INT", "n"), ("DATE", "day")]
-TEXT = [("VARCHAR(30) CHARACTER SET latin1", "s"), ("BLOB", "b"), ("INT NOT NULL", "k"), ("JSON", "doc")]
+TEXT = [("VARCHAR(30) CHARACTER SET latin1", "s"), ("BLOB", "b"), ("INT NOT NULL", "k"), ("JSON", "doc"),
+        ("MEDIUMBLOB", "mb"), ("LONGTEXT", "lt")]
 
 
 def _value(rng: random.Random, sql: str):
@@ -31,9 +32,9 @@ def _value(rng: random.Random, sql: str):
                 f"{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}.{rng.randrange(1000):03d}")
     if sql.startswith("DATE"):
         return f"{rng.randrange(1000, 9999)}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
-    if sql.startswith("VARCHAR"):
+    if sql.startswith(("VARCHAR", "LONGTEXT")):
         return "".join(rng.choice("abcxyzé ü€ß") for _ in range(rng.randrange(0 if "latin1" not in sql else 1, 25)))
-    if sql.startswith("BLOB"):
+    if sql.startswith(("BLOB", "MEDIUMBLOB")):
         return rng.randbytes(rng.randrange(0, 300))
     if sql.startswith("JSON"):
         return json.dumps({"k": rng.randrange(1000), "v": [rng.randrange(10**6) / 64, "x" * rng.randrange(5)]})
