@@ -276,3 +276,40 @@ def _plans(tmp_path, chunks):
     from binlake.lake.bootstrap import plan_tables
 
     return plan_tables(get_engine(), LakeLayout(str(tmp_path / "lake")), str(tmp_path / "lake"), chunks, 0)
+
+
+@pytest.mark.parametrize("method", ["snapshot", "watermark"])
+def test_chunks_are_read_one_ahead_and_a_stopped_reader_closes_both(mariadb_servers, method) -> None:
+    """chunk_parts starts the next chunk's SELECT once the current chunk's first part is in (the server sends it
+    while this one is worked on); every chunk's rows and position are the ones read alone; a consumer that stops
+    after the first part leaves no reader open (the watermark method's connections closed)."""
+    from binlake.lake.bootstrap import ChunkReader, chunk_parts, plan_chunks
+
+    server = mariadb_servers.get("FULL")
+    _setup(server)
+    chunks = plan_chunks(server.uri, [(DB, "acct")], 700, method)
+    assert len(chunks) >= 4
+    readers = [(i, ChunkReader(server.uri, c, 1, 300)) for i, c in enumerate(chunks)]
+    seen: dict[int, list[int]] = {}
+    for i, _reader, part in chunk_parts(iter(readers)):
+        if part is None:
+            continue
+        if i + 1 < len(readers):
+            assert readers[i + 1][1]._stream is not None  # started while chunk i's parts are handed out
+        seen.setdefault(i, []).extend(part.column("id").to_pylist())
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id FROM acct ORDER BY id")
+        assert sorted(k for ids in seen.values() for k in ids) == [r[0] for r in cur.fetchall()]
+    for i, reader in readers:
+        lo, hi = reader.chunk.lower, reader.chunk.upper
+        assert all((lo is None or k >= lo) and (hi is None or k < hi) for k in seen[i])
+        assert reader.result.rows == len(seen[i]) and reader.result.binlog_file and reader.result.binlog_pos > 0
+        if method == "watermark":
+            assert reader.result.high_pos is not None
+
+    fresh = [(i, ChunkReader(server.uri, c, 1, 300)) for i, c in enumerate(chunks)]
+    parts = chunk_parts(iter(fresh))
+    first = next(parts)
+    assert first[0] == 0 and first[2].num_rows and fresh[1][1]._stream is not None
+    parts.close()
+    assert all(r._conn is None for _, r in fresh)
