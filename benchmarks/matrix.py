@@ -4,8 +4,8 @@ Each cell is one binlog (a table created, filled, half updated and a quarter del
 cell's size) written by a private MariaDB with binlog_row_metadata FULL or MINIMAL. For every cell, in the same
 run and pinned to one core (taskset): `binlake stats --json` against
 `mariadb-binlog --base64-output=decode-rows -vv > /dev/null` (wall and CPU seconds, medians of --repeat
-alternated runs, with the load average), then `binlake ingest --no-gates` into a fresh lake (wall, CPU and peak
-RSS). A markdown table, worst decode CPU ratio first, goes to stdout (and --markdown); the figures to --json.
+alternated runs, with the load average), and `binlake ingest --no-gates` into a fresh lake, alternated with them
+(wall, CPU, the median of the per-round ingest/decode CPU ratios, and peak RSS). A markdown table, worst decode CPU ratio first, goes to stdout (and --markdown); the figures to --json.
 
 The binlogs are cached outside the repository (--data, default ~/.cache/binlake/matrix/<sizes>), keyed by the
 shapes' SQL, so a second run only times. `--quick` uses small sizes for development. `--memory` instead measures
@@ -238,18 +238,29 @@ class Runner:
 
 
 def measure_cell(d: Path, repeat: int, ingest: bool, mariadb_binlog: str) -> dict:
+    """Decode-only (`binlake stats`), `mariadb-binlog -vv` and (with `ingest`) `binlake ingest --no-gates` into a
+    fresh lake, alternated `repeat` times; medians (ingest peak RSS: the largest). The ingest/decode CPU ratio is
+    the median of the per-round ratios (each round's runs saw about the same load)."""
     info = json.loads((d / "done.json").read_text())
     files = [str(d / f) for f in info["files"]]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     stats_cmd = [sys.executable, "-m", "binlake.cli", "stats", "--json", *files]
     ref_cmd = [mariadb_binlog, "--base64-output=decode-rows", "-vv", *files]
-    ours, theirs = [], []
+    ours, theirs, ingests = [], [], []
     rows = None
     for _ in range(repeat):
         r = Runner.run(stats_cmd, env)
         rows = json.loads(r["out"])["rows"]
         ours.append(r)
         theirs.append(Runner.run(ref_cmd, shell_out=os.devnull))
+        if ingest:
+            lake = tempfile.mkdtemp(prefix="binlake-matrix-lake-")
+            try:
+                ingests.append(Runner.run([sys.executable, "-m", "binlake.cli", "ingest", "--source", f"local:{d}",
+                                           "--lake", lake, "--no-gates", "--no-progress"],
+                                          dict(env, SPARK_LOCAL_IP="127.0.0.1")))
+            finally:
+                shutil.rmtree(lake, ignore_errors=True)
     cell = {"rows": rows, "bytes": sum(Path(f).stat().st_size for f in files),
             "stats_wall": median(r["wall"] for r in ours), "stats_cpu": median(r["cpu"] for r in ours),
             "ref_wall": median(r["wall"] for r in theirs), "ref_cpu": median(r["cpu"] for r in theirs),
@@ -257,26 +268,23 @@ def measure_cell(d: Path, repeat: int, ingest: bool, mariadb_binlog: str) -> dic
     cell["ratio_wall"] = cell["stats_wall"] / cell["ref_wall"]
     cell["ratio_cpu"] = cell["stats_cpu"] / cell["ref_cpu"]
     if ingest:
-        lake = tempfile.mkdtemp(prefix="binlake-matrix-lake-")
-        try:
-            r = Runner.run([sys.executable, "-m", "binlake.cli", "ingest", "--source", f"local:{d}", "--lake", lake,
-                            "--no-gates", "--no-progress"], dict(env, SPARK_LOCAL_IP="127.0.0.1"))
-        finally:
-            shutil.rmtree(lake, ignore_errors=True)
-        cell.update(ingest_wall=r["wall"], ingest_cpu=r["cpu"], ingest_rss_mb=r["rss_mb"],
-                    ingest_over_stats=r["wall"] / cell["stats_wall"],
-                    ingest_over_stats_cpu=r["cpu"] / cell["stats_cpu"])
+        cell.update(ingest_wall=median(r["wall"] for r in ingests), ingest_cpu=median(r["cpu"] for r in ingests),
+                    ingest_rss_mb=max(r["rss_mb"] for r in ingests))
+        cell.update(ingest_over_stats=cell["ingest_wall"] / cell["stats_wall"],
+                    ingest_over_stats_cpu=median(i["cpu"] / o["cpu"] for i, o in zip(ingests, ours, strict=True)))
     return cell
 
 
 def markdown(results: list[dict]) -> str:
     head = ("| metadata | shape | values | rows/txn | row changes | MB | binlake stats s (CPU) "
-            "| mariadb-binlog -vv s (CPU) | ratio wall | ratio CPU | ingest s (CPU) | ingest / stats | ingest peak RSS MB |")
+            "| mariadb-binlog -vv s (CPU) | ratio wall | ratio CPU | ingest s (CPU) | ingest / stats wall | "
+            "ingest / stats CPU | ingest peak RSS MB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     # Worst CPU ratio first: on a machine shared with other jobs wall seconds measure the load as much as the tools.
     for c in sorted(results, key=lambda c: c["ratio_cpu"], reverse=True):
         ingest = (f"{c['ingest_wall']:.2f} ({c['ingest_cpu']:.2f}) | {c['ingest_over_stats']:.2f}x | "
-                  f"{c['ingest_rss_mb']:.0f}") if "ingest_wall" in c else "- | - | -"
+                  f"{c['ingest_over_stats_cpu']:.2f}x | {c['ingest_rss_mb']:.0f}") if "ingest_wall" in c else \
+            "- | - | - | -"
         lines.append(f"| {c['metadata']} | {c['shape']} | {c['dist']} | {c['txn']:,} | {c['rows']:,} | "
                      f"{c['bytes'] / 1e6:.1f} | {c['stats_wall']:.2f} ({c['stats_cpu']:.2f}) | "
                      f"{c['ref_wall']:.2f} ({c['ref_cpu']:.2f}) | {c['ratio_wall']:.2f}x | {c['ratio_cpu']:.2f}x | "
@@ -377,14 +385,16 @@ def main() -> int:
                 print(f"{metadata} {shape} {dist} {txn}: stats {cell['stats_wall']:.2f}s ref {cell['ref_wall']:.2f}s"
                       f" = {cell['ratio_wall']:.2f}x (CPU {cell['ratio_cpu']:.2f}x)"
                       + (f", ingest {cell['ingest_wall']:.2f}s {cell['ingest_over_stats']:.2f}x "
-                         f"{cell['ingest_rss_mb']:.0f} MB" if "ingest_wall" in cell else ""), file=sys.stderr)
+                         f"(CPU {cell['ingest_over_stats_cpu']:.2f}x) {cell['ingest_rss_mb']:.0f} MB"
+                         if "ingest_wall" in cell else ""), file=sys.stderr)
                 results.append(cell)
     if args.build_only:
         return 0
     table = markdown(results)
     load_after = os.getloadavg()
     note = (f"\nLoad average (1 min) {load[0]:.2f} before, {load_after[0]:.2f} after; {os.cpu_count()} CPUs; "
-            f"{'quick' if args.quick else 'full'} sizes; medians of {args.repeat} alternated decode runs.\n")
+            f"{'quick' if args.quick else 'full'} sizes; "
+            + ("one run per tool.\n" if args.memory else f"medians of {args.repeat} alternated runs per tool.\n"))
     print(table + note)
     if args.markdown:
         Path(args.markdown).write_text(table + note)

@@ -374,7 +374,36 @@ def _source_files(args: argparse.Namespace) -> list[str] | None:
     return resolve_source(args.source)
 
 
+class _NoPandas:
+    """A meta path finder under which `import pandas` fails (see _arrow_without_pandas)."""
+
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas left out of pyarrow's first pandas check (binlake.cli._arrow_without_pandas)")
+        return None
+
+
+def _arrow_without_pandas() -> None:
+    """pyarrow imports pandas (about 0.35 s of CPU) the first time it checks whether a value is a pandas object:
+    the first `pa.array` of a Python list, or importing pyarrow.dataset. The in-process ingest without gates
+    gives it no pandas object, so that first check is made here with pandas out of reach; pyarrow then takes
+    values as non-pandas until a pandas conversion (to_pandas, from_pandas), which imports pandas as usual."""
+    if "pandas" in sys.modules:
+        return
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        import pyarrow as pa
+
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(blocker)
+
+
 def _ingest_once(args: argparse.Namespace) -> int:
+    if getattr(args, "no_gates", False) and not args.spark:
+        _arrow_without_pandas()
     from .lake.holds import TablesHeldBack
     from .quality.stages import run_ingest
     from .terminal import print_report

@@ -15,11 +15,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from ..binlog.api import sequence_number
 from ..schema.model import TableDef
@@ -29,6 +27,9 @@ from .decode_task import RangeResult, decode_range
 from .engines import DELETED, SEQ, DeltaEngine
 from .holds import held_line
 from .layout import LakeLayout
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 OPS = ("insert", "update", "delete")
 Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
@@ -98,6 +99,10 @@ class RunSummary:
 
     def rich(self) -> RenderableType:
         """The same summary as rich tables (`binlake ingest` on a terminal)."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
         if self.batch is None:
             return Text("nothing new to ingest")
         changes = Table(title=self._headline(), title_justify="left")

@@ -17,6 +17,7 @@ import importlib
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ..lake.engines import DeltaEngine, get_engine
 from ..lake.holds import TablesHeldBack
@@ -37,14 +38,29 @@ from ..lake.pipeline import (
     undo_merge,
 )
 from ..lake.validations import record_report
-from .gates import GateFailed, GateReport, after_merge_gate, before_merge_gate
-from .quarantine import quarantine_batch
+
+if TYPE_CHECKING:
+    from .gates import GateFailed, GateReport
+
+# The gates and the quarantine (and what they import: alerts by mail and webhook, reports) load when a gate runs:
+# `binlake ingest --no-gates` never needs them.
 
 __all__ = ["GateFailed", "GateReport", "gate_after_merge", "gate_before_merge", "release_table", "run_ingest"]
 
 
+def __getattr__(name: str):
+    if name in ("GateFailed", "GateReport"):
+        from . import gates
+
+        return getattr(gates, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _gate_failed(opts: IngestOptions, engine: DeltaEngine, store: BatchStore, pb: PendingBatch,
                  report: GateReport) -> GateFailed:
+    from .gates import GateFailed
+    from .quarantine import quarantine_batch
+
     failures = report.failures
     quarantine_batch(engine, LakeLayout(opts.lake, opts.pipeline), store, pb, report.stage, failures,
                      opts.quality.alerts, opts.lake)
@@ -68,6 +84,8 @@ def gate_before_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | Non
     pb = load_batch(store, batch)
     hold_partial_images(engine, layout, store, pb)
     _import_gx(pb)
+    from .gates import before_merge_gate
+
     report = before_merge_gate(pb, store, opts, engine)
     record_report(engine, layout, pb, report)
     pb.gates["before"] = {"runs": pb.gates.get("before", {}).get("runs", 0) + 1, "passed": report.success}
@@ -86,6 +104,8 @@ def gate_after_merge(opts: IngestOptions, batch: int, engine: DeltaEngine | None
     if not pb.gates.get("merge", {}).get("done"):
         raise StageOrderError(f"batch {batch}: gate_after_merge before merge_batch finished")
     _import_gx(pb)
+    from .gates import after_merge_gate
+
     report = after_merge_gate(pb, store, opts, engine, layout)
     record_report(engine, layout, pb, report)
     pb.gates["after"] = {"runs": pb.gates.get("after", {}).get("runs", 0) + 1, "passed": report.success}
