@@ -27,7 +27,7 @@ from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
 from .history import META_NAMES
-from .staging import StagedSegment
+from .staging import StagedSegment, read_piece, staged_segments
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
 SEQ_FILE_SHIFT = 40
@@ -135,6 +135,39 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     result = events.take(positions).drop_columns(["_order"])
     return result.select([*values, SEQ, DELETED]).cast(
         pa.schema([*[schema.field(c) for c in values], pa.field(SEQ, pa.int64()), pa.field(DELETED, pa.bool_())]))
+
+
+def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str | None, TableMap, pa.Table]]:
+    """A staged batch entry's merge segments (version, TableMap, merge input), its rows read one piece at a time:
+    each piece is reduced to one row per key (merge_input), then the pieces' rows to the newest per key (a key's
+    changes in different pieces come from different events, so their `_seq` differ). Memory holds one piece and
+    the net changes, never the whole history."""
+    out = []
+    for version, tm, seg in staged_segments(stage, info, versions, merge_schema):
+        keys = key_names(tm)
+        parts = []
+        for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
+            rows = read_piece(stage, piece, seg.lo, seg.hi)
+            if rows.num_rows:
+                parts.append(merge_input(rows, tm))
+            del rows
+        out.append((version, tm, _newest_per_key(parts, keys) if parts else merge_schema(tm).empty_table()))
+    return out
+
+
+def _newest_per_key(parts: list[pa.Table], keys: list[str]) -> pa.Table:
+    """Reduced pieces (one row per key each) to one row per key, the one with the largest `_seq`."""
+    data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return data
+    ids = data.select([*keys, SEQ]).append_column("_i", pa.array(np.arange(data.num_rows, dtype=np.int64)))
+    ids = ids.sort_by([(SEQ, "ascending")])
+    ids = ids.append_column("_r", pa.array(np.arange(ids.num_rows, dtype=np.int64)))
+    last = ids.group_by(keys, use_threads=False).aggregate([("_r", "max")])
+    if last.num_rows == data.num_rows:  # no key in two pieces: every row stays
+        return data
+    winners = np.sort(ids.column("_i").take(last.column("_r_max")).to_numpy())
+    return data.take(pa.array(winners))
 
 
 def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableMap, table_schema: pa.Schema,

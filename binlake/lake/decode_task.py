@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 
@@ -22,11 +23,14 @@ from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
 from .history import CommittedBatch, history_table, with_commit_ts
-from .staging import write_piece
+from .staging import delete_piece, read_piece, write_piece
 
 SEQ_FILE_SHIFT = 40  # binlake.lake.current.event_seq
 FLUSH_ROWS = 32_768  # rows held as Python values before they are converted to Arrow (open transactions too)
 PROGRESS_BYTES = 1 << 20  # progress callbacks about every MiB of binlog
+# Decoded history held as Arrow in process before a range with a staging folder writes it there instead (and every
+# later piece as soon as it is built): what bounds ingest memory whatever the batch or transaction size.
+KEEP_BYTES = 160 << 20
 
 
 class SchemaMissing(ValueError):
@@ -126,14 +130,42 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
                  resolver=None, tables=None, databases=None,
-                 progress: Callable[[int], None] | None = None, stage: str | None = None) -> RangeResult:
+                 progress: Callable[[int], None] | None = None, stage: str | None = None,
+                 keep_bytes: int | None = None) -> RangeResult:
     """Decode [start, stop) of one file (whole transactions only) into per-table history rows. `progress` is
     told the position reached (end of the last committed transaction), about every MiB. With `stage` (a batch's
     staging folder, binlake.lake.staging) the rows are written there as Parquet pieces and the result carries
-    only their manifests."""
+    only their manifests; pieces are written as soon as the range holds more than KEEP_BYTES of them, so memory
+    stays bounded whatever the range or a transaction holds. With `stage` and `keep_bytes` (the in-process
+    executors), the rows stay Arrow in the result unless they outgrow `keep_bytes`: then the range is staged."""
     with cyclic_gc_paused():
         return _decode_range(path, name, file_seq, start, stop, batch_id, resolver, tables, databases, progress,
-                             stage)
+                             stage, keep_bytes)
+
+
+def in_process(tasks: list, decode: Callable[..., RangeResult], stage: str | None) -> list[RangeResult]:
+    """Run decode tasks one after the other in this process: `decode(task, keep_bytes)` decodes one with the bytes
+    of history it may still hold as Arrow. Together the results hold at most KEEP_BYTES of it; past that (or with
+    no `stage`, never) they are staged: every result's history is then written to `stage` as Parquet pieces, so
+    the later stages read it piece by piece."""
+    out: list[RangeResult] = []
+    held = 0
+    for task in tasks:
+        res = decode(task, max(0, KEEP_BYTES - held) if stage is not None else None)
+        held += sum(t.nbytes for tr in res.tables.values() for t in tr.history)
+        out.append(res)
+    if stage is not None and any(tr.staged for res in out for tr in res.tables.values()):
+        for res in out:
+            stage_history(res, stage)
+    return out
+
+
+def stage_history(res: RangeResult, stage: str) -> None:
+    """Write a result's in-memory history rows to the stage (each table result then carries manifests only)."""
+    for name, tr in res.tables.items():
+        for n, rows in enumerate(tr.history):
+            tr.staged.append(write_piece(stage, name, res.file_seq, res.start, f"r{n}", rows))
+        tr.history = []
 
 
 def tracked_executor(report: Callable[[int, int], None]) -> Callable:
@@ -143,26 +175,29 @@ def tracked_executor(report: Callable[[int, int], None]) -> Callable:
         tables, databases = filters
         spans = [(stop if stop is not None else Path(path).stat().st_size) - (start or 4)
                  for path, _name, _seq, start, stop in tasks]
-        total, before = sum(spans), 0
+        total = sum(spans)
+        before = [sum(spans[:i]) for i in range(len(spans))]
         report(0, total)
-        out = []
-        for (path, name, seq, start, stop), span in zip(tasks, spans, strict=True):
-            first = start or 4
 
-            def at(pos: int, base: int = before, first: int = first, span: int = span) -> None:
-                report(base + min(max(pos - first, 0), span), total)
+        def decode(i: int, keep: int | None) -> RangeResult:
+            path, name, seq, start, stop = tasks[i]
+            first, span = start or 4, spans[i]
 
-            out.append(decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, at))
-            before += span
-            report(before, total)
-        return out
+            def at(pos: int) -> None:
+                report(before[i] + min(max(pos - first, 0), span), total)
+
+            res = decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, at, stage, keep)
+            report(before[i] + span, total)
+            return res
+
+        return in_process(list(range(len(tasks))), decode, stage)
 
     return execute
 
 
 def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
                   resolver, tables, databases, progress: Callable[[int], None] | None,
-                  stage: str | None = None) -> RangeResult:
+                  stage: str | None = None, keep_bytes: int | None = None) -> RangeResult:
     opts = DecodeOptions(start_position=start if start and start > 4 else None, stop_position=stop, commits=True,
                          table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False,
                          on_schema_mismatch="skip")  # one table's mismatch holds back that table only
@@ -174,17 +209,52 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     latest: dict[str, object] = {}  # table -> its TABLE_MAP at the latest committed change
     runs: dict[str, list[list]] = {}  # table -> [version, first seq, last seq] in binlog order
     built: dict[int, list[pa.Table]] = {}  # id(table map) -> history pieces already converted
+    written: dict[int, list[dict]] = {}  # id(table map) -> manifests of the pieces written to `stage`, in order
     held = 0  # committed rows not yet converted
     reported = result.end
+    limit = (KEEP_BYTES if keep_bytes is None else keep_bytes) if stage is not None else None
+    spill = SimpleNamespace(on=limit is not None and limit <= 0, held=0, n=0, open_n=0)
 
     def hold(table: str, error: str, pos: int) -> None:
         result.held.setdefault(table, {"error": error, "file": name, "pos": pos})
 
     # The open transaction's rows already converted (it outgrew FLUSH_ROWS): (key, table map, Arrow piece with a
-    # provisional commit time, its rows per operation, its rows events' positions), given their commit time when
-    # the transaction commits.
-    open_built: list[tuple[int, object, pa.Table, Counter, list[int]]] = []
+    # provisional commit time (or, spilling, the manifest of that piece written aside), its rows per operation,
+    # its rows events' positions), given their commit time when the transaction commits.
+    open_built: list[tuple[int, object, pa.Table | dict, Counter, list[int]]] = []
     pending_rows = 0
+
+    def write(key: int, piece: pa.Table) -> None:
+        """A committed history piece written to the stage (its manifest kept in binlog order)."""
+        written.setdefault(key, []).append(write_piece(stage, maps[key].qualified_name, file_seq, result.start,
+                                                       spill.n, piece))
+        spill.n += 1
+
+    def keep_built(key: int, piece: pa.Table) -> None:
+        """A committed history piece: held as Arrow, or written to the stage once the range outgrew its budget."""
+        if spill.on:
+            write(key, piece)
+            return
+        built.setdefault(key, []).append(piece)
+        spill.held += piece.nbytes
+        if limit is not None and spill.held > limit:
+            start_spilling()
+
+    def start_spilling() -> None:
+        """Over budget: every held piece goes to the stage now, and every later one as it is built."""
+        spill.on = True
+        for key, pieces in built.items():
+            write(key, pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
+        built.clear()
+        for i, (key, tm, piece, ops, positions) in enumerate(open_built):
+            if isinstance(piece, pa.Table):
+                open_built[i] = (key, tm, write_open(tm, piece), ops, positions)
+        spill.held = 0
+
+    def write_open(tm, piece: pa.Table) -> dict:
+        """A piece of the open transaction written aside (its commit time is not known yet)."""
+        spill.open_n += 1
+        return write_piece(stage, tm.qualified_name, file_seq, result.start, f"open-{spill.open_n}", piece)
 
     def keep(rows: RowBatch) -> bool:
         """Whether a rows event goes into history (else its table is, or is now, held back)."""
@@ -227,8 +297,14 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
                 hold(table, f"{type(exc).__name__}: {exc}", items[0].batch.pos)
                 continue
+            if spill.on:
+                piece = write_open(maps[key], piece)
+            else:
+                spill.held += piece.nbytes
             open_built.append((key, maps[key], piece, ops, [item.batch.pos for item in items]))
         pending.clear()
+        if not spill.on and limit is not None and spill.held > limit:
+            start_spilling()
 
     def flush() -> None:
         # Convert held rows to Arrow now, so decoded Python objects never pile up (memory, and the cyclic GC
@@ -238,9 +314,11 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             if table in result.held:
                 continue
             try:
-                built.setdefault(key, []).append(history_table(items, batch_id, result.conversions))
+                piece = history_table(items, batch_id, result.conversions)
             except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
                 hold(table, f"{type(exc).__name__}: {exc}", items[0].batch.pos)
+                continue
+            keep_built(key, piece)
         committed.clear()
 
     with open_binlog(path) as f:
@@ -257,8 +335,17 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             if rec.kind == "commit":
                 for key, tm, piece, ops, positions in open_built:
                     if tm.qualified_name in result.held:
+                        if isinstance(piece, dict):
+                            delete_piece(stage, piece)
                         continue
-                    built.setdefault(key, []).append(with_commit_ts(piece, rec.ts))
+                    if isinstance(piece, dict):  # written aside: stamped with the commit time, written again
+                        aside = piece
+                        piece = with_commit_ts(read_piece(stage, aside), rec.ts)
+                        delete_piece(stage, aside)
+                    else:
+                        spill.held -= piece.nbytes
+                        piece = with_commit_ts(piece, rec.ts)
+                    keep_built(key, piece)
                     for op, n in ops.items():
                         result.counts[(tm.qualified_name, op)] += n
                     latest[tm.qualified_name] = tm
@@ -312,17 +399,22 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     if result.reached_file_end and not pending and not open_built:
         # Only non-transactional events (ROTATE, STOP) follow the last commit: the file is fully consumed.
         result.end = end.pos
+    for _key, _tm, piece, _ops, _positions in open_built:  # a transaction the range ends inside: read again later
+        if isinstance(piece, dict):
+            delete_piece(stage, piece)
     flush()
-    for n, (key, pieces) in enumerate(built.items()):
+    if stage is not None and keep_bytes is None and not spill.on and built:
+        start_spilling()  # a task away from the driver: everything goes to the stage
+    for key in [*built, *(k for k in written if k not in built)]:
         tm = maps[key]
         if tm.qualified_name in result.held:
             continue
         entry = result.tables.setdefault(tm.qualified_name, TableResult())
-        rows = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-        if stage is not None:
-            entry.staged.append(write_piece(stage, tm.qualified_name, file_seq, result.start, n, rows))
-        else:
-            entry.history.append(rows)
+        if key in written:
+            entry.staged.extend(written[key])
+        if key in built:
+            pieces = built[key]
+            entry.history.append(pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0])
         entry.versions[tm.schema_version] = tm
     for name, tm in latest.items():
         if name not in result.held:

@@ -23,7 +23,7 @@ from ..binlog.api import sequence_number
 from ..schema.model import TableDef
 from ..settings import QualityConfig
 from .control import FileState
-from .decode_task import RangeResult, decode_range
+from .decode_task import RangeResult, decode_range, in_process
 from .engines import DELETED, SEQ, DeltaEngine
 from .holds import held_line
 from .layout import LakeLayout
@@ -39,16 +39,21 @@ Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, 
 Executor = Callable[..., list[RangeResult]]
 
 
-def run_task(task: Task, batch: int, resolver, filters, stage: str | None = None) -> RangeResult:
+def run_task(task: Task, batch: int, resolver, filters, stage: str | None = None,
+             keep_bytes: int | None = None) -> RangeResult:
     """One decode task; what a Spark task runs (everything it needs is in its arguments). With `stage`, its history
-    rows go to Parquet pieces there and the result holds their manifests (binlake.lake.staging)."""
+    rows go to Parquet pieces there and the result holds their manifests (binlake.lake.staging); with
+    `keep_bytes` too, only if they outgrow it (decode_range)."""
     path, name, seq, start, stop = task
     tables, databases = filters
-    return decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage)
+    return decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage,
+                        keep_bytes=keep_bytes)
 
 
 def local_executor(tasks: list[Task], batch: int, resolver, filters, stage: str | None = None) -> list[RangeResult]:
-    return [run_task(t, batch, resolver, filters) for t in tasks]
+    """The tasks decoded here, one after the other; history stays Arrow in memory up to decode_task.KEEP_BYTES,
+    beyond which it is staged (binlake.lake.staging) and read back piece by piece."""
+    return in_process(tasks, lambda task, keep: run_task(task, batch, resolver, filters, stage, keep), stage)
 
 
 @dataclass

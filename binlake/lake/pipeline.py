@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from ..schema.api import build_resolver
 from .control import ControlTable
 from .crashpoints import crash_point
-from .current import key_names, merge_input, merge_schema, segments
+from .current import key_names, merge_input, merge_schema, segments, staged_merge_input
 from .current import merge_segments as _merge_segments
 from .decode_task import RangeResult
 from .engines import DELETED, SEQ, DeltaEngine, EngineError, EngineUnavailable, get_engine, tombstone_path
@@ -446,6 +446,9 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
             if "staged" in info and hasattr(engine, "staged_span"):
                 # The engine reduces and merges the staged rows where they are (delta-spark: on the executors).
                 plans[name] = staged_segments(store.stage(pb.batch), info, versions, merge_schema)
+                continue
+            if "staged" in info:  # read and reduced piece by piece: memory holds the net changes only
+                plans[name] = staged_merge_input(store.stage(pb.batch), info, versions)
                 continue
             history = store.read_history(pb, name)
             plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))

@@ -85,6 +85,11 @@ def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, 
             "newest_commit_ts": newest.isoformat() if newest else None}
 
 
+def delete_piece(stage: str, piece: dict) -> None:
+    fs, root = _fs(stage)
+    fs.delete_file(f"{root.rstrip('/')}/{piece['path']}")
+
+
 def in_bounds(piece: dict, lo: int | None, hi: int | None) -> bool:
     """Whether a piece may hold rows with lo <= seq < hi."""
     return (lo is None or piece["max_seq"] >= lo) and (hi is None or piece["min_seq"] < hi)
