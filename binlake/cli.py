@@ -276,7 +276,11 @@ def _add_quality_options(p: argparse.ArgumentParser) -> None:
 
 
 def quality_config(args: argparse.Namespace):
-    """The gates' settings from `_add_quality_options` arguments."""
+    """The gates' settings from `_add_quality_options` arguments (GatesOff with --no-gates)."""
+    if getattr(args, "no_gates", False):
+        from .lake.ingest import GatesOff
+
+        return GatesOff()
     from .settings import AlertConfig, QualityConfig
 
     host, _, port = (getattr(args, "smtp_host", None) or "").partition(":")

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from ..binlog.api import sequence_number
 from ..schema.model import TableDef
-from ..settings import QualityConfig
 from .control import FileState
 from .decode_task import RangeResult, decode_range, in_process
 from .engines import DELETED, SEQ, DeltaEngine
@@ -30,6 +29,8 @@ from .layout import LakeLayout
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+
+    from ..settings import QualityConfig
 
 OPS = ("insert", "update", "delete")
 Task = tuple[str, str, int, int, int | None]  # path, file name, file sequence, start, stop (None: to the end)
@@ -56,6 +57,20 @@ def local_executor(tasks: list[Task], batch: int, resolver, filters, stage: str 
     return in_process(tasks, lambda task, keep: run_task(task, batch, resolver, filters, stage, keep), stage)
 
 
+@dataclass(frozen=True)
+class GatesOff:
+    """`IngestOptions.quality` of a run without the gates (`binlake ingest --no-gates`): what the stages read of
+    it (`enabled`) without loading the gates' validated settings (binlake.settings: pydantic, 0.08 s of CPU)."""
+
+    enabled: bool = False
+
+
+def _default_quality() -> QualityConfig:
+    from ..settings import QualityConfig
+
+    return QualityConfig()
+
+
 @dataclass
 class IngestOptions:
     lake: str
@@ -68,7 +83,7 @@ class IngestOptions:
     tables: object = None  # compiled regex on db.table
     databases: set[str] | None = None
     split_bytes: int = 64 << 20  # files larger than this are decoded as several ranges of whole transactions
-    quality: QualityConfig = field(default_factory=QualityConfig)  # the gates (binlake.quality)
+    quality: QualityConfig | GatesOff = field(default_factory=_default_quality)  # the gates (binlake.quality)
     # Regexes on table names of online-schema-change helper tables (gh-ost, pt-online-schema-change): kept in
     # the lake only while needed, never listed as lake tables. None: binlake.lake.lifecycle.DEFAULT_HELPERS.
     helper_tables: Sequence[str] | None = None
