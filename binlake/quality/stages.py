@@ -50,9 +50,9 @@ __all__ = ["GateFailed", "GateReport", "gate_after_merge", "gate_before_merge", 
 
 def __getattr__(name: str):
     if name in ("GateFailed", "GateReport"):
-        from . import gates
+        from .gates import GateFailed, GateReport
 
-        return getattr(gates, name)
+        return {"GateFailed": GateFailed, "GateReport": GateReport}[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

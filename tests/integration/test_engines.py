@@ -445,6 +445,53 @@ def test_kill_between_tombstone_and_current_commit_then_rerun(engine: DeltaEngin
     assert current(engine, table) == {}
 
 
+def test_delta_rs_merges_a_large_input_in_parts_and_a_killed_part_reruns(lake_root: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """delta-rs merges an input over MERGE_CHUNK_BYTES in key-disjoint parts, one commit each (bounded MERGE
+    memory): the result equals one whole merge, the batch counts as merged only with its last part, and a run
+    killed after any part reruns to the same table."""
+    from binlake.lake.engines import deltars
+
+    rng = __import__("random").Random(1701)
+    engine = DeltaRsEngine()
+    first = changes(*((i, f"n{i}", i % 7, 100 + i, False) for i in range(0, 300, 2)))
+    ids = rng.sample(range(400), 250)
+    second = changes(*((i, None if d else f"m{i}", None if d else rng.randint(0, 9), rng.choice((50, 500)) + i, d)
+                       for i in ids for d in [rng.random() < 0.3]))
+    whole = str(lake_root / f"whole_{uuid.uuid4().hex[:8]}")
+    engine.merge(whole, first, ["id"], "m", 1)
+    engine.merge(whole, second, ["id"], "m", 2)
+    monkeypatch.setattr(deltars, "MERGE_CHUNK_BYTES", second.nbytes // 5)
+    parts = str(lake_root / f"parts_{uuid.uuid4().hex[:8]}")
+    engine.merge(parts, first, ["id"], "m", 1)
+    before = engine.version(parts)
+    assert engine.merge(parts, second, ["id"], "m", 2) is True
+    assert current(engine, parts) == current(engine, whole)
+    assert engine.read(tombstone_path(parts)).sort_by("id").equals(engine.read(tombstone_path(whole)).sort_by("id"))
+    assert engine.version(parts) - before >= 5  # one commit per part at least
+    assert engine.merge(parts, second, ["id"], "m", 2) is False  # replay: nothing again
+    for kill_after in range(1, 5):
+        path = str(lake_root / f"killed_{uuid.uuid4().hex[:8]}")
+        engine.merge(path, first, ["id"], "m", 1)
+        real, done = engine.run_merge, []
+
+        def dies(p, *args, kill_after=kill_after, real=real, done=done, path=path, **kwargs):
+            if p == path and len(done) == kill_after:
+                raise Killed
+            out = real(p, *args, **kwargs)
+            if p == path:
+                done.append(1)
+            return out
+
+        monkeypatch.setattr(engine, "run_merge", dies)
+        with pytest.raises(Killed):
+            engine.merge(path, second, ["id"], "m", 2)
+        monkeypatch.setattr(engine, "run_merge", real)
+        assert engine.txn_version(path, "m") == 1  # not merged until its last part is
+        assert engine.merge(path, second, ["id"], "m", 2) is True
+        assert current(engine, path) == current(engine, whole), kill_after
+
+
 def test_an_upsert_overtaken_by_a_concurrent_delete_is_repaired(engine: DeltaEngine, table: str,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Writer B read the tombstones just before writer A recorded a newer delete of a key the current table does

@@ -189,6 +189,9 @@ class CrashAfter:
     def append(self, *args, **kwargs):
         return self._commit(self.inner.append, *args, **kwargs)
 
+    def append_staged(self, *args, **kwargs):
+        return self._commit(self.inner.append_staged, *args, **kwargs)
+
     def merge(self, *args, **kwargs):
         return self._commit(self.inner.merge, *args, **kwargs)
 
@@ -282,6 +285,92 @@ def test_killed_at_any_commit_then_rerun_equals_uninterrupted(source, tmp_path) 
         assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch == 0
         assert _lake_state(lake) == expected, f"crash after manifest save {crash_at}"
         assert run_ingest(IngestOptions(lake=str(lake), **opts)).batch is None
+
+
+def _staged_state(lake) -> tuple[list, list]:
+    engine = get_engine()
+    layout = LakeLayout(str(lake))
+    current = sorted((r["id"], r["v"], r["_seq"]) for r in engine.read(layout.current_path(DB, "staged")).to_pylist())
+    history = engine.read(layout.history_path(DB, "staged"))
+    cols = ("_file_seq", "_pos", "_sub", "_row", "_op", "_commit_ts", "id", "v")
+    return current, sorted(zip(*(history.column(c).to_pylist() for c in cols), strict=True))
+
+
+def test_staged_in_process_killed_anywhere_then_rerun_equals_in_memory(source, tmp_path, monkeypatch) -> None:
+    """Past its memory budget the in-process ingest stages history as Parquet pieces; here the budget is 0 and
+    FLUSH_ROWS 5, so even an open transaction's rows are written aside before its commit, and the current merge
+    goes in parts (MERGE_CHUNK_BYTES). Killed while writing pieces (nothing may be committed) or after any commit,
+    the rerun equals the in-memory run."""
+    import re
+
+    from binlake.lake import decode_task
+    from binlake.lake.engines import deltars
+    from binlake.lake.ingest import GatesOff
+    from binlake.lake.pending import BatchStore
+
+    server = source
+    first_file = server.binlog_files()[-1].name
+    rng = random.Random(4242)
+    write(server, ["CREATE TABLE staged (id INT PRIMARY KEY, v VARCHAR(20))"])
+    ids: set[int] = set()
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        conn.begin()  # one transaction of many rows events: written aside piece by piece before its commit
+        for i in rng.sample(range(1, 5000), 80):
+            ids.add(i)
+            cur.execute(f"INSERT INTO staged VALUES ({i}, 'i{rng.randint(0, 99)}')")
+        for _ in range(60):  # updates, key moves and deletes of rows inserted in the same transaction
+            roll, target = rng.random(), rng.choice(sorted(ids))
+            if roll < 0.5:
+                cur.execute(f"UPDATE staged SET v = 'u{rng.randint(0, 99)}' WHERE id = {target}")
+            elif roll < 0.75:
+                new = max(ids) + rng.randint(1, 9)
+                ids.discard(target)
+                ids.add(new)
+                cur.execute(f"UPDATE staged SET id = {new} WHERE id = {target}")
+            else:
+                ids.discard(target)
+                cur.execute(f"DELETE FROM staged WHERE id = {target}")
+        conn.commit()
+    write(server, [f"UPDATE staged SET v = 'x{n}' WHERE id = {i}" for n, i in enumerate(sorted(ids)[:7])])
+    files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
+    opts = dict(files=files, databases={DB}, tables=re.compile(r"\.staged$"))
+
+    run_ingest(IngestOptions(lake=str(tmp_path / "memory"), **opts))  # gates on, in memory
+    expected = _staged_state(tmp_path / "memory")
+    assert sorted(i for i, _v, _s in expected[0]) == sorted(server_rows(server, "staged"))
+    monkeypatch.setattr(decode_task, "KEEP_BYTES", 0)
+    monkeypatch.setattr(decode_task, "FLUSH_ROWS", 5)
+    monkeypatch.setattr(deltars, "MERGE_CHUNK_BYTES", 2000)  # the current merge in parts of a few dozen keys
+    run_ingest(IngestOptions(lake=str(tmp_path / "staged"), **opts))  # gates on, staged
+    assert "staged" in BatchStore(str(tmp_path / "staged")).load(0).tables[f"{DB}.staged"]
+    assert _staged_state(tmp_path / "staged") == expected
+
+    real_write = decode_task.write_piece
+    for crash_at in range(4):  # killed while writing the n-th piece (some of them an open transaction's)
+        lake, left = tmp_path / f"piece{crash_at}", crash_at
+
+        def dying_write(*args, **kwargs):
+            nonlocal left
+            if left == 0:
+                raise RuntimeError("killed")
+            left -= 1
+            return real_write(*args, **kwargs)
+
+        monkeypatch.setattr(decode_task, "write_piece", dying_write)
+        with pytest.raises(RuntimeError, match="killed"):
+            run_ingest(IngestOptions(lake=str(lake), quality=GatesOff(), **opts))
+        monkeypatch.setattr(decode_task, "write_piece", real_write)
+        assert not get_engine().exists(LakeLayout(str(lake)).history_path(DB, "staged"))
+        assert run_ingest(IngestOptions(lake=str(lake), quality=GatesOff(), **opts)).batch == 0
+        assert _staged_state(lake) == expected, f"killed at piece {crash_at}"
+    # Commits without the gates: history append, current merge, tables registry, control table.
+    for crash_at in range(4):
+        lake = tmp_path / f"commit{crash_at}"
+        with pytest.raises(RuntimeError, match="killed"):
+            run_ingest(IngestOptions(lake=str(lake), quality=GatesOff(), **opts), engine=CrashAfter(crash_at))
+        assert run_ingest(IngestOptions(lake=str(lake), quality=GatesOff(), **opts)).batch == 0
+        assert _staged_state(lake) == expected, f"crash after {crash_at} commits"
+        assert run_ingest(IngestOptions(lake=str(lake), quality=GatesOff(), **opts)).batch is None
 
 
 def test_bootstrap_with_writes_running_then_ingest_equals_select(mariadb_servers, tmp_path) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
+from ..datafiles import local_lake, write_files
 from ..staging import entry_pieces, entry_reader, unified_schema
 from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
 from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
@@ -31,11 +32,14 @@ from .tombstones import (
     copy_with_tombstones,
     merge_with_tombstones,
     replace_schema_with_tombstones,
+    role_app_id,
     tombstone_path,
     tombstone_version_at,
 )
 
 T = TypeVar("T")
+FILE_BYTES = 64 << 20  # Arrow bytes per data file written from staged history (append_staged)
+MERGE_CHUNK_BYTES = 64 << 20  # merge input bytes per MERGE commit: a larger input is merged in key-disjoint parts
 
 
 class DeltaRsEngine:
@@ -150,7 +154,13 @@ class DeltaRsEngine:
 
     def append(self, path: str, data: pa.Table, app_id: str, batch: int,
                partition_by: list[str] | None = None) -> bool:
+        """Append rows in one commit. On a local lake whose table has the rows' schema (or none yet), the rows are
+        written as the table's data files here (binlake.lake.datafiles: pyarrow's Parquet writer, dictionary
+        encoding only for binlake's text metadata columns) and committed with append_files: about a third less
+        CPU than delta-rs' writer on history rows."""
         check_batch(app_id, batch)
+        if data.num_rows and self._files_fit(path, data.schema):
+            return self._append_as_files(path, [data], data.schema, app_id, batch, partition_by)
         meta = commit_meta("append", [(app_id, batch)])
 
         return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
@@ -174,16 +184,34 @@ class DeltaRsEngine:
     def append_staged(self, path: str, stage: str, info: dict, app_id: str, batch: int,
                       partition_by: list[str] | None = None) -> bool:
         """Append a batch entry's staged history pieces (binlake.lake.staging) in one commit, streamed: the rows
-        go from the Parquet pieces to the table without being held in memory together."""
+        go from the Parquet pieces to the table without being held in memory together. On a local lake whose
+        table has the pieces' schema (or none yet), the rows are written as the table's data files here, a
+        bounded part at a time (FILE_BYTES), and committed together (append_files)."""
         check_batch(app_id, batch)
         if not entry_pieces(info):
             return False
         schema = unified_schema(stage, entry_pieces(info))
+        if self._files_fit(path, schema):
+            return self._append_as_files(path, _parts(entry_reader(stage, info), FILE_BYTES), schema, app_id, batch,
+                                         partition_by)
         meta = commit_meta("append", [(app_id, batch)])
 
         return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
             dt, entry_reader(stage, info), mode="append", schema_mode="merge", commit_properties=self._props(meta)),
             create=(schema, partition_by))
+
+    def _files_fit(self, path: str, schema: pa.Schema) -> bool:
+        """Whether rows of `schema` may be written as data files of the table at `path` (append_files)."""
+        return local_lake(path) and (not self.exists(path) or self.table_schema(path) == schema)
+
+    def _append_as_files(self, path: str, tables: Iterable[pa.Table], schema: pa.Schema, app_id: str, batch: int,
+                         partition_by: list[str] | None) -> bool:
+        """Write `tables` as the table's data files and commit them in one append carrying (app_id, batch)."""
+        if self.exists(path) and is_committed(self._dt(path).transaction_version(app_id), batch):
+            return False  # no files written for a batch already committed
+        repeated = [f.name for f in schema if f.name.startswith("_") and pa.types.is_string(f.type)]
+        files = [f for part in tables for f in write_files(path, part, partition_by, repeated)]
+        return self.append_files(path, files, schema, app_id, batch, partition_by)
 
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
                   meta: dict[str, Any], check_txn: bool) -> bool:
@@ -208,8 +236,23 @@ class DeltaRsEngine:
         return True
 
     def merge(self, path: str, data: pa.Table, keys: list[str], app_id: str, batch: int) -> bool:
+        """The `_seq`-ordered merge with tombstones. An input over MERGE_CHUNK_BYTES is merged in parts (rows of
+        distinct keys: merge input holds one row per key), each its own commit, so the MERGE's working memory stays
+        bounded: every part but the last carries its own app id (role `part<i>`), the last one (app_id, batch),
+        so the batch counts as merged only once every part is; a rerun skips the parts committed."""
         check_batch(app_id, batch)
-        return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
+        rows = max(1, data.num_rows * MERGE_CHUNK_BYTES // max(1, data.nbytes))
+        if data.num_rows <= rows:
+            return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
+        if self.exists(path) and is_committed(self.txn_version(path, app_id), batch):
+            return False
+        starts = list(range(0, data.num_rows, rows))
+        for i, start in enumerate(starts[:-1]):
+            part = data.slice(start, rows)
+            self._retry(lambda part=part, i=i: merge_with_tombstones(self, path, part, keys,
+                                                                     role_app_id(app_id, f"part{i}"), batch))
+        last = data.slice(starts[-1])
+        return self._retry(lambda: merge_with_tombstones(self, path, last, keys, app_id, batch))
 
     def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
         write_deltalake(self._dt(path), schema.empty_table(), mode="overwrite", schema_mode="overwrite",
@@ -323,6 +366,19 @@ class DeltaRsEngine:
         meta = commit_meta("restore", txns, restoredTo=version)
         dt.restore(version, commit_properties=self._props(meta))
         self._ensure_commit(dt, current, meta)
+
+
+def _parts(reader: pa.RecordBatchReader, limit: int) -> Iterator[pa.Table]:
+    """A reader's rows as tables of about `limit` bytes each."""
+    held, size = [], 0
+    for b in reader:
+        held.append(b)
+        size += b.nbytes
+        if size >= limit:
+            yield pa.Table.from_batches(held, reader.schema)
+            held, size = [], 0
+    if held:
+        yield pa.Table.from_batches(held, reader.schema)
 
 
 def _retyped(schema: pa.Schema, like: pa.Schema) -> pa.Schema:
