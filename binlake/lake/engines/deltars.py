@@ -177,9 +177,12 @@ class DeltaRsEngine:
         actions = [AddAction(f["path"], f["size"], f["partition_values"], f["modification_time"], True, f["stats"])
                    for f in files]
 
-        return self._commit_once(path, app_id, batch, meta, lambda dt: dt.create_write_transaction(
-            actions, "append", schema, partition_by=partition_by or None, commit_properties=self._props(meta)),
-            create=(schema, partition_by))
+        def write(dt) -> None:
+            dt.create_write_transaction(actions, "append", schema, partition_by=partition_by or None,
+                                        commit_properties=self._props(meta))
+            dt.update_incremental()  # the handle sees its own commit (else _ensure_commit would commit again)
+
+        return self._commit_once(path, app_id, batch, meta, write, create=(schema, partition_by))
 
     def append_staged(self, path: str, stage: str, info: dict, app_id: str, batch: int,
                       partition_by: list[str] | None = None) -> bool:
