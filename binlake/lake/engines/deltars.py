@@ -210,8 +210,11 @@ class DeltaRsEngine:
     def _append_as_files(self, path: str, tables: Iterable[pa.Table], schema: pa.Schema, app_id: str, batch: int,
                          partition_by: list[str] | None) -> bool:
         """Write `tables` as the table's data files and commit them in one append carrying (app_id, batch)."""
-        if self.exists(path) and is_committed(self._dt(path).transaction_version(app_id), batch):
-            return False  # no files written for a batch already committed
+        if self.exists(path):
+            dt = self._dt(path)
+            if is_committed(dt.transaction_version(app_id), batch):
+                return False  # no files written for a batch already committed
+            partition_by = dt.metadata().partition_columns or None  # an existing table keeps its partitioning
         repeated = [f.name for f in schema if f.name.startswith("_") and pa.types.is_string(f.type)]
         files = [f for part in tables for f in write_files(path, part, partition_by, repeated)]
         return self.append_files(path, files, schema, app_id, batch, partition_by)
