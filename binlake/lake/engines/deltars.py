@@ -22,8 +22,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
-from ..datafiles import local_lake, write_files
-from ..staging import entry_pieces, entry_reader, unified_schema
+from ..staging import entry_pieces, entry_reader, local_lake, unified_schema, write_files
 from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
 from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
 from .mergeplan import MergeSpec
@@ -155,7 +154,7 @@ class DeltaRsEngine:
     def append(self, path: str, data: pa.Table, app_id: str, batch: int,
                partition_by: list[str] | None = None) -> bool:
         """Append rows in one commit. On a local lake whose table has the rows' schema (or none yet), the rows are
-        written as the table's data files here (binlake.lake.datafiles: pyarrow's Parquet writer, dictionary
+        written as the table's data files here (binlake.lake.staging.write_files: pyarrow's Parquet writer, dictionary
         encoding only for binlake's text metadata columns) and committed with append_files: about a third less
         CPU than delta-rs' writer on history rows."""
         check_batch(app_id, batch)
