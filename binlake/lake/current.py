@@ -151,7 +151,9 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
             if rows.num_rows:
                 parts.append(merge_input(rows, tm))
             del rows
+            pa.default_memory_pool().release_unused()  # each piece's intermediates back to the system
         out.append((version, tm, _newest_per_key(parts, keys) if parts else merge_schema(tm).empty_table()))
+        pa.default_memory_pool().release_unused()
     return out
 
 

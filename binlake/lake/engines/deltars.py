@@ -38,7 +38,7 @@ from .tombstones import (
 
 T = TypeVar("T")
 FILE_BYTES = 64 << 20  # Arrow bytes per data file written from staged history (append_staged)
-MERGE_CHUNK_BYTES = 64 << 20  # merge input bytes per MERGE commit: a larger input is merged in key-disjoint parts
+MERGE_CHUNK_BYTES = 32 << 20  # merge input bytes per MERGE commit: a larger input is merged in key-disjoint parts
 
 
 class DeltaRsEngine:
@@ -256,6 +256,7 @@ class DeltaRsEngine:
             part = data.slice(start, rows)
             self._retry(lambda part=part, i=i: merge_with_tombstones(self, path, part, keys,
                                                                      role_app_id(app_id, f"part{i}"), batch))
+            pa.default_memory_pool().release_unused()  # a part's working memory back before the next one
         last = data.slice(starts[-1])
         return self._retry(lambda: merge_with_tombstones(self, path, last, keys, app_id, batch))
 
