@@ -62,7 +62,7 @@ SKIPPED = "skipped"
 _GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED, ET.MARIA_GTID})
 _MYSQL_GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED})
 _QUERY_TYPES = frozenset({ET.QUERY, ET.MARIA_QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
-_TABLE_MAP, _XID, _MARIA_GTID = ET.TABLE_MAP, ET.XID, ET.MARIA_GTID
+_TABLE_MAP, _XID, _MARIA_GTID, _ANNOTATE_ROWS = ET.TABLE_MAP, ET.XID, ET.MARIA_GTID, ET.MARIA_ANNOTATE_ROWS
 # The types _FileState._check_order looks at (besides any event after a TABLE_MAP).
 _ORDER_CHECKED = frozenset({ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK, ET.EXECUTE_LOAD_QUERY,
                             ET.DELETE_FILE, ET.XID, ET.INCIDENT})
@@ -503,6 +503,8 @@ class _FileState:
             return ()
         if etype in _QUERY_TYPES:
             return self._query(ev, buf, body, end, etype, sub, fde)
+        if etype == _ANNOTATE_ROWS and not self.opts.all_events:
+            return ()  # MariaDB's statement text before each rows event (any bytes decode: nothing to check)
         if etype in _MYSQL_GTID_TYPES:
             g = parse_gtid(buf, body, end, etype)
             self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size)
