@@ -37,7 +37,6 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -111,19 +110,23 @@ def entry_pieces(info: dict) -> list[dict]:
     return [p for p in info.get("staged", []) if in_bounds(p, lo, hi)]
 
 
+def _dataset(stage: str, piece: dict):
+    import pyarrow.dataset as ds  # here, not at import: it imports pandas (0.3 CPU s for every process and
+    # Spark worker that stages or writes data files without reading pieces back)
+
+    fs, root = _fs(stage)
+    return ds.dataset(f"{root.rstrip('/')}/{piece['path']}", format="parquet", filesystem=fs)
+
+
 def scan_piece(stage: str, piece: dict, lo: int | None = None, hi: int | None = None,
                columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The piece's rows within the bounds, streamed in record batches."""
-    fs, root = _fs(stage)
-    dataset = ds.dataset(f"{root.rstrip('/')}/{piece['path']}", format="parquet", filesystem=fs)
-    yield from dataset.to_batches(columns=columns, filter=seq_filter(lo, hi))
+    yield from _dataset(stage, piece).to_batches(columns=columns, filter=seq_filter(lo, hi))
 
 
 def read_piece(stage: str, piece: dict, lo: int | None = None, hi: int | None = None,
                columns: list[str] | None = None) -> pa.Table:
-    fs, root = _fs(stage)
-    dataset = ds.dataset(f"{root.rstrip('/')}/{piece['path']}", format="parquet", filesystem=fs)
-    return dataset.to_table(columns=columns, filter=seq_filter(lo, hi))
+    return _dataset(stage, piece).to_table(columns=columns, filter=seq_filter(lo, hi))
 
 
 def piece_schema(stage: str, piece: dict) -> pa.Schema:
