@@ -145,9 +145,10 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
     out = []
     for version, tm, seg in staged_segments(stage, info, versions, merge_schema):
         keys = key_names(tm)
+        columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op", "_before"]  # merge_input's
         parts = []
         for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
-            rows = read_piece(stage, piece, seg.lo, seg.hi)
+            rows = read_piece(stage, piece, seg.lo, seg.hi, columns)
             if rows.num_rows:
                 parts.append(merge_input(rows, tm))
             del rows
