@@ -30,6 +30,7 @@ from .history import META_NAMES
 from .staging import StagedSegment, read_piece, staged_segments
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
+COLLAPSE_BYTES = 64 << 20  # reduced pieces held before they are reduced together (staged_merge_input)
 SEQ_FILE_SHIFT = 40
 
 
@@ -146,12 +147,16 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
     for version, tm, seg in staged_segments(stage, info, versions, merge_schema):
         keys = key_names(tm)
         columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op", "_before"]  # merge_input's
-        parts = []
+        parts, held = [], 0
         for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
             rows = read_piece(stage, piece, seg.lo, seg.hi, columns)
             if rows.num_rows:
                 parts.append(merge_input(rows, tm))
+                held += parts[-1].nbytes
             del rows
+            if len(parts) > 1 and held > COLLAPSE_BYTES:  # keys changed again in later pieces: reduce as we go
+                parts = [_newest_per_key(parts, keys)]
+                held = parts[0].nbytes
             pa.default_memory_pool().release_unused()  # each piece's intermediates back to the system
         out.append((version, tm, _newest_per_key(parts, keys) if parts else merge_schema(tm).empty_table()))
         pa.default_memory_pool().release_unused()

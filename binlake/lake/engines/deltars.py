@@ -38,7 +38,7 @@ from .tombstones import (
 
 T = TypeVar("T")
 FILE_BYTES = 64 << 20  # Arrow bytes per data file written from staged history (append_staged)
-MERGE_CHUNK_BYTES = 32 << 20  # merge input bytes per MERGE commit: a larger input is merged in key-disjoint parts
+MERGE_CHUNK_BYTES = 16 << 20  # merge input bytes per MERGE commit: a larger input is merged in key-disjoint parts
 
 
 class DeltaRsEngine:
