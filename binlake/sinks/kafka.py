@@ -100,7 +100,8 @@ class PublishSummary:
     schema_changes: int = 0
     start: dict | None = None  # the committed position the run started from
     end: dict | None = None  # the committed position it ended at
-    seconds: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)  # wall seconds per stage
+    cpu_seconds: dict = field(default_factory=dict)  # CPU seconds of the process (librdkafka's threads too) per stage
     held: dict = field(default_factory=dict)  # db.table -> its hold: held back alone, the others published
     released: list = field(default_factory=list)
 
@@ -614,7 +615,7 @@ class KafkaPublisher:
         opts = self.opts
         say = progress or (lambda _m: None)
         summary = PublishSummary()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         files = sorted((str(f) for f in opts.files), key=lambda p: (sequence_number(p), Path(p).name))
         self._load_topics()
         self._ensure_topics({self.offsets_topic: (1, {"cleanup.policy": "compact"}),
@@ -628,6 +629,7 @@ class KafkaPublisher:
                 raise UsageError(f"--release {table}: not held back (held back: {', '.join(sorted(held)) or 'none'})")
         resolver = build_resolver(files, opts.schemas)
         summary.seconds["start"] = time.perf_counter() - started
+        summary.cpu_seconds["start"] = time.process_time() - started_cpu
         encoder = Encoder(opts.topic_prefix, opts.tombstones, resolver, opts.tables, opts.databases)
         self._batch = (position or {}).get("batch", 0)
         self._keys = {Path(f).name: seq for f, seq in zip(files, _file_seqs(files), strict=True)}
@@ -644,10 +646,10 @@ class KafkaPublisher:
                 if seq == done_seq:
                     start = position["pos"]
             for range_start, stop in plan_ranges(path, name, start, opts.batch_bytes):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 result = decode_range(path, name, seq, range_start, stop, self._batch + 1, resolver, opts.tables,
                                       opts.databases)
-                summary.seconds["decode"] = summary.seconds.get("decode", 0.0) + time.perf_counter() - t0
+                _add(summary, "decode", t0, c0)
                 new = {t: h for t, h in result.held.items() if t not in held}
                 for table, hold in sorted(new.items()):
                     # Held back alone from the start of this range (the decode left out all its rows here); the
@@ -663,22 +665,22 @@ class KafkaPublisher:
                 if position is not None and not new and (end["file_seq"], end["pos"], end["complete"]) == (
                         position["file_seq"], position["pos"], position.get("complete")):
                     continue
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 messages = encoder.encode(result, path, self.partitions_of, skip=set(held))
-                summary.seconds["encode"] = summary.seconds.get("encode", 0.0) + time.perf_counter() - t0
-                position = self._commit(messages, end, summary, t0)
+                _add(summary, "encode", t0, c0)
+                position = self._commit(messages, end, summary)
                 say(f"batch {self._batch}: {name} {range_start}..{result.end}, "
                     f"{sum(messages.counts.values())} changes")
         self.producer.flush(opts.timeout)
         summary.held = held
         summary.seconds["total"] = time.perf_counter() - started
+        summary.cpu_seconds["total"] = time.process_time() - started_cpu
         return summary
 
-    def _commit(self, messages: Messages, end: dict, summary: PublishSummary, t0: float) -> dict:
-        t0 = time.perf_counter()
+    def _commit(self, messages: Messages, end: dict, summary: PublishSummary) -> dict:
+        t0, c0 = time.perf_counter(), time.process_time()
         self._publish(messages, end)
-        summary.seconds["produce and commit"] = summary.seconds.get("produce and commit", 0.0) + \
-            time.perf_counter() - t0
+        _add(summary, "produce and commit", t0, c0)
         self._batch += 1
         summary.batches += 1
         summary.end = end
@@ -717,11 +719,10 @@ class KafkaPublisher:
                     held[table] = {**hold, "from_file": name, "from_seq": seq + 1, "from_pos": 4}
                 end = {**position, "batch": self._batch + 1, "held": dict(held)}
                 messages = encoder.encode(result, path, self.partitions_of, catch_up=table)
-                position = self._commit(messages, end, summary, time.perf_counter())
+                position = self._commit(messages, end, summary)
                 say(f"batch {self._batch}: {table} caught up {name} {range_start}..{result.end}")
         del held[table]
-        position = self._commit(Messages(), {**position, "batch": self._batch + 1, "held": dict(held)}, summary,
-                                time.perf_counter())
+        position = self._commit(Messages(), {**position, "batch": self._batch + 1, "held": dict(held)}, summary)
         summary.released.append(table)
         say(f"released {table}")
         return position
@@ -769,6 +770,12 @@ class KafkaPublisher:
                 raise PublishError(f"batch ending at {end['file']}:{end['pos']} not published: "
                                    f"{_kafka_text(exc)}") from None
             raise
+
+
+def _add(summary: PublishSummary, stage: str, wall0: float, cpu0: float) -> None:
+    """Add the wall and CPU seconds since (wall0, cpu0) to a stage's totals."""
+    summary.seconds[stage] = summary.seconds.get(stage, 0.0) + time.perf_counter() - wall0
+    summary.cpu_seconds[stage] = summary.cpu_seconds.get(stage, 0.0) + time.process_time() - cpu0
 
 
 def _file_seqs(files: Sequence[str]) -> list[int]:
