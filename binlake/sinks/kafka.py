@@ -50,7 +50,7 @@ from .. import __version__
 from ..binlog.api import sequence_number
 from ..exitcodes import ExitCode, UnavailableError, UsageError
 from ..lake.decode_task import RangeResult, decode_range
-from ..lake.split import plan_ranges
+from ..lake.split import plan_ranges, transaction_starts
 from ..schema.api import build_resolver
 from ..schema.lifecycle import lifecycle_of
 from ..schema.timeline import TableVersion, TimelineResolver
@@ -58,6 +58,7 @@ from ..schema.timeline import TableVersion, TimelineResolver
 SCHEMA_TOPIC = "schema-changes"
 OFFSETS_TOPIC = "binlake-offsets"
 KILL_AT_ENV = "BINLAKE_FAULT_KILL_AT"
+SLICE_BYTES = 1 << 20  # a batch is decoded, encoded and produced this many binlog bytes at a time
 OPS = {"insert": "c", "update": "u", "delete": "d"}
 _BAD_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9._-]")
 
@@ -506,6 +507,7 @@ class KafkaPublisher:
         self._partitions: dict[str, int] = {}
         self._delivery_error: str | None = None
         self.producer: Producer | None = None
+        self._in_transaction = False
         # Fault injection for the crash tests (docs/kafka.md): SIGKILL this process at the Nth step, a step being
         # each record produced and the moments just before and just after each commit.
         kill_at = os.environ.get(KILL_AT_ENV)
@@ -635,6 +637,7 @@ class KafkaPublisher:
         self._keys = {Path(f).name: seq for f, seq in zip(files, _file_seqs(files), strict=True)}
         for table in release:
             position = self._catch_up(table, held, position, files, resolver, encoder, summary, say)
+        counts, batch_messages, schema_changes = Counter(), 0, 0  # of the open batch
         for path in files:
             name = Path(path).name
             seq = self._keys[name]
@@ -645,48 +648,70 @@ class KafkaPublisher:
                     continue
                 if seq == done_seq:
                     start = position["pos"]
+            starts, _end = transaction_starts(path, name, start)
             for range_start, stop in plan_ranges(path, name, start, opts.batch_bytes):
-                t0, c0 = time.perf_counter(), time.process_time()
-                result = decode_range(path, name, seq, range_start, stop, self._batch + 1, resolver, opts.tables,
-                                      opts.databases)
-                _add(summary, "decode", t0, c0)
-                new = {t: h for t, h in result.held.items() if t not in held}
-                for table, hold in sorted(new.items()):
-                    # Held back alone from the start of this range (the decode left out all its rows here); the
-                    # other tables go on. `--release` publishes its changes from there once the cause is fixed.
-                    held[table] = {"error": hold["error"], "file": hold["file"], "pos": hold["pos"],
-                                   "from_file": name, "from_seq": seq, "from_pos": range_start}
-                    say(f"held back {table}: {hold['error']} ({hold['file']}:{hold['pos']})")
+                # One Kafka transaction per batch, decoded, encoded and produced a slice (about SLICE_BYTES of
+                # binlog, whole transactions) at a time: little memory at once, reused slice after slice, and
+                # librdkafka sends one slice while the next is decoded.
+                ddl = new = False
+                result = None
+                try:
+                    for slice_start, slice_stop in _slices(starts, range_start, stop, SLICE_BYTES):
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        result = decode_range(path, name, seq, slice_start, slice_stop, self._batch + 1, resolver,
+                                              opts.tables, opts.databases)
+                        _add(summary, "decode", t0, c0)
+                        fresh = {t: h for t, h in result.held.items() if t not in held}
+                        for table, hold in sorted(fresh.items()):
+                            # Held back alone from the start of this slice (the decode left out all its rows here);
+                            # the other tables go on. `--release` publishes its changes from there once the cause is
+                            # fixed.
+                            held[table] = {"error": hold["error"], "file": hold["file"], "pos": hold["pos"],
+                                           "from_file": name, "from_seq": seq, "from_pos": slice_start}
+                            say(f"held back {table}: {hold['error']} ({hold['file']}:{hold['pos']})")
+                        new = new or bool(fresh)
+                        ddl = ddl or bool(result.ddl)
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        messages = encoder.encode(result, path, self.partitions_of, skip=set(held))
+                        _add(summary, "encode", t0, c0)
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        self._produce(messages, f"{name}:{range_start}")
+                        _add(summary, "produce and commit", t0, c0)
+                        counts.update(messages.counts)
+                        batch_messages += len(messages)
+                        schema_changes += messages.schema_changes
+                except BaseException:  # a slice that cannot be decoded or produced: nothing of the batch is committed
+                    self._abort()
+                    raise
                 end = {"publisher": opts.name, "file": name, "file_seq": seq, "pos": result.end,
                        "complete": bool(result.reached_file_end and stop is None), "batch": self._batch + 1,
                        "held": dict(held)}
-                if end["pos"] == range_start and not end["complete"] and not result.ddl and not new:
-                    continue  # nothing new in this range (an in-use file with no new transaction)
-                if position is not None and not new and (end["file_seq"], end["pos"], end["complete"]) == (
-                        position["file_seq"], position["pos"], position.get("complete")):
-                    continue
-                t0, c0 = time.perf_counter(), time.process_time()
-                messages = encoder.encode(result, path, self.partitions_of, skip=set(held))
-                _add(summary, "encode", t0, c0)
-                position = self._commit(messages, end, summary)
-                say(f"batch {self._batch}: {name} {range_start}..{result.end}, "
-                    f"{sum(messages.counts.values())} changes")
+                if (end["pos"] == range_start and not end["complete"] and not ddl and not new) or (
+                        position is not None and not new and (end["file_seq"], end["pos"], end["complete"]) == (
+                        position["file_seq"], position["pos"], position.get("complete"))):
+                    self._abort()  # nothing new in this range (an in-use file with no new transaction)
+                else:
+                    position = self._commit(end, summary, counts, batch_messages, schema_changes)
+                    say(f"batch {self._batch}: {name} {range_start}..{result.end}, {sum(counts.values())} changes")
+                counts, batch_messages, schema_changes = Counter(), 0, 0
         self.producer.flush(opts.timeout)
         summary.held = held
         summary.seconds["total"] = time.perf_counter() - started
         summary.cpu_seconds["total"] = time.process_time() - started_cpu
         return summary
 
-    def _commit(self, messages: Messages, end: dict, summary: PublishSummary) -> dict:
+    def _commit(self, end: dict, summary: PublishSummary, counts: Counter, messages: int,
+                schema_changes: int) -> dict:
+        """Commit the open batch (its records produced) with its end position."""
         t0, c0 = time.perf_counter(), time.process_time()
-        self._publish(messages, end)
+        self._finish(end)
         _add(summary, "produce and commit", t0, c0)
         self._batch += 1
         summary.batches += 1
         summary.end = end
-        summary.changes.update(messages.counts)
-        summary.schema_changes += messages.schema_changes
-        summary.messages += len(messages) + 1
+        summary.changes.update(counts)
+        summary.schema_changes += schema_changes
+        summary.messages += messages + 1
         return end
 
     def _catch_up(self, table: str, held: dict, position: dict, files: list[str], resolver, encoder: Encoder,
@@ -719,22 +744,28 @@ class KafkaPublisher:
                     held[table] = {**hold, "from_file": name, "from_seq": seq + 1, "from_pos": 4}
                 end = {**position, "batch": self._batch + 1, "held": dict(held)}
                 messages = encoder.encode(result, path, self.partitions_of, catch_up=table)
-                position = self._commit(messages, end, summary)
+                self._produce(messages, f"{name}:{range_start}")
+                position = self._commit(end, summary, messages.counts, len(messages), messages.schema_changes)
                 say(f"batch {self._batch}: {table} caught up {name} {range_start}..{result.end}")
         del held[table]
-        position = self._commit(Messages(), {**position, "batch": self._batch + 1, "held": dict(held)}, summary)
+        position = self._commit({**position, "batch": self._batch + 1, "held": dict(held)}, summary, Counter(), 0, 0)
         summary.released.append(table)
         say(f"released {table}")
         return position
 
-    def _publish(self, messages: Messages, end: dict) -> None:
-        wanted = {t: (self.opts.partitions, {}) for t in messages.table_topics}
-        self._ensure_topics(wanted)
-        producer = self.producer
-        order, topics, keys, values, parts = messages.ordered()
-        self._delivery_error = None
-        producer.begin_transaction()
+    def _produce(self, messages: Messages, batch: str) -> None:
+        """Produce records into the open batch's Kafka transaction (begun by the first records of a batch). Any
+        failure aborts the transaction: nothing of the batch is committed."""
+        if not len(messages):
+            return
         try:
+            self._ensure_topics({t: (self.opts.partitions, {}) for t in messages.table_topics})
+            producer = self.producer
+            if not self._in_transaction:
+                self._delivery_error = None
+                producer.begin_transaction()
+                self._in_transaction = True
+            order, topics, keys, values, parts = messages.ordered()
             produce = producer.produce
             step = self._step if self._kill_at is not None else None
             for i in order:
@@ -752,8 +783,21 @@ class KafkaPublisher:
                         producer.poll(0.05)
                     except KafkaException as exc:  # refused before sending (e.g. larger than message.max.bytes)
                         key = keys[i][:200] if keys[i] else "null"
-                        raise PublishError(f"Kafka topic {topics[i]} key {key}: {_kafka_text(exc)}; the batch ending "
-                                           f"at {end['file']}:{end['pos']} was not published") from None
+                        raise PublishError(f"Kafka topic {topics[i]} key {key}: {_kafka_text(exc)}; the batch from "
+                                           f"{batch} was not published") from None
+        except BaseException:
+            self._abort()
+            raise
+
+    def _finish(self, end: dict) -> None:
+        """Write the batch's end position into its transaction and commit it (a batch without records too)."""
+        producer = self.producer
+        step = self._step if self._kill_at is not None else None
+        try:
+            if not self._in_transaction:
+                self._delivery_error = None
+                producer.begin_transaction()
+                self._in_transaction = True
             producer.produce(self.offsets_topic, _compact(end), _compact({"publisher": self.opts.name}), 0)
             producer.flush(self.opts.timeout)
             if self._delivery_error:
@@ -761,15 +805,33 @@ class KafkaPublisher:
             if step is not None:
                 step()
             producer.commit_transaction(self.opts.timeout)
+            self._in_transaction = False
             if step is not None:
                 step()
         except BaseException as exc:
-            with contextlib.suppress(KafkaException):
-                producer.abort_transaction(self.opts.timeout)
+            self._abort()
             if isinstance(exc, KafkaException):
                 raise PublishError(f"batch ending at {end['file']}:{end['pos']} not published: "
                                    f"{_kafka_text(exc)}") from None
             raise
+
+    def _abort(self) -> None:
+        """Abort the open Kafka transaction, if any: none of its records become visible."""
+        if self._in_transaction:
+            self._in_transaction = False
+            with contextlib.suppress(KafkaException):
+                self.producer.abort_transaction(self.opts.timeout)
+
+
+def _slices(starts: list[int], start: int, stop: int | None, size: int) -> list[tuple[int, int | None]]:
+    """[start, stop) cut into pieces of about `size` bytes at transaction starts (the last one ends at `stop`)."""
+    bounds = [start]
+    for pos in starts:
+        if stop is not None and pos >= stop:
+            break
+        if pos - bounds[-1] >= size:
+            bounds.append(pos)
+    return [(a, b) for a, b in zip(bounds, [*bounds[1:], stop], strict=True)]
 
 
 def _add(summary: PublishSummary, stage: str, wall0: float, cpu0: float) -> None:
