@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,7 @@ class KafkaSinkOptions:
     partitions: int = 3  # for the table topics binlake creates (existing topics keep theirs)
     replication: int = -1  # replication factor of created topics; -1: the broker's default
     batch_bytes: int = 16 << 20  # one Kafka transaction per range of about this many binlog bytes
+    slice_bytes: int = SLICE_BYTES  # a batch is decoded, encoded and produced this many binlog bytes at a time
     producer_config: dict = field(default_factory=dict)  # extra librdkafka settings
     timeout: float = 60.0  # seconds for broker calls (metadata, init, commit)
 
@@ -136,60 +138,93 @@ def _quote(strings: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise('"', strings, '"', "")
 
 
-def _json_strings(arr) -> pa.Array:
-    """Text as JSON string literals (null stays null). Backslash, quote and common controls are escaped in Arrow;
-    a column holding other control characters is encoded by the json module."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if not len(arr) or not pc.any(pc.match_substring_regex(arr, '[\\x00-\\x1f"\\\\]')).as_py():
-        return _quote(arr)  # nothing to escape (the common case): one pass
+def _needs_escape(arr: pa.Array) -> bool:
+    """Whether any text of a string array may need JSON escapes (a control character, a quote or a backslash): a
+    byte scan of its data (null slots' bytes too: at worst a needless careful pass)."""
+    offsets, data = arr.buffers()[1:3]
+    if data is None:
+        return False
+    ends = np.frombuffer(offsets, np.int64 if pa.types.is_large_string(arr.type) else np.int32,
+                         len(arr) + 1, arr.offset * (8 if pa.types.is_large_string(arr.type) else 4))
+    raw = np.frombuffer(data, np.uint8)[ends[0]:ends[-1]]
+    return bool(raw.size) and bool(((raw < 0x20) | (raw == 0x22) | (raw == 0x5C)).any())
+
+
+def _json_text(arr: pa.Array) -> tuple:
+    """Text as the parts of JSON string literals (null stays null): `('"', text, '"')` when nothing needs escaping
+    (the quotes join the literals around), else the escaped literals. Backslash, quote and common controls are
+    escaped in Arrow; a column holding other control characters is encoded by the json module."""
+    if not len(arr) or not _needs_escape(arr):
+        return ('"', arr, '"')  # nothing to escape (the common case)
     if pc.any(pc.match_substring_regex(arr, "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]")).as_py():
-        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in arr.to_pylist()],
-                        pa.string())
+        return (pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in arr.to_pylist()],
+                         pa.string()),)
     s = pc.replace_substring(arr, "\\", "\\\\")
     s = pc.replace_substring(s, '"', '\\"')
     s = pc.replace_substring(s, "\n", "\\n")
     s = pc.replace_substring(s, "\r", "\\r")
     s = pc.replace_substring(s, "\t", "\\t")
-    return _quote(s)
+    return ('"', s, '"')
 
 
-def json_fragments(arr: pa.Array) -> pa.Array:
-    """One column as JSON text per row (`null` for nulls), by the lake's value mapping: integers and floats as
-    numbers, DECIMAL (and BIGINT UNSIGNED, BIT(64)) as strings, DATE `YYYY-MM-DD`, DATETIME
-    `YYYY-MM-DDTHH:MM:SS.ffffff`, TIMESTAMP the same in UTC with `Z`, TIME and text as strings, binary as base64,
-    VECTOR as an array of numbers."""
+def _json_strings(arr) -> pa.Array:
+    """Text as JSON string literals, one per row (null stays null)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    parts = _json_text(arr)
+    return parts[0] if len(parts) == 1 else _join(*parts)
+
+
+def value_parts(arr) -> tuple:
+    """One column as JSON text per row, as join parts: literal strings and arrays whose concatenation is each row's
+    JSON value (`null` for nulls), by the lake's value mapping: integers and floats as numbers, DECIMAL (and BIGINT
+    UNSIGNED, BIT(64)) as strings, DATE `YYYY-MM-DD`, DATETIME `YYYY-MM-DDTHH:MM:SS.ffffff`, TIMESTAMP the same in
+    UTC with `Z`, TIME and text as strings, binary as base64, VECTOR as an array of numbers. Quotes around a column
+    without nulls are literal parts (they merge with the literals around them: no pass of their own)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        s = arr.cast(pa.string())
+        parts: tuple = (arr.cast(pa.string()),)
     elif pa.types.is_decimal(t) or pa.types.is_date(t):
-        s = _quote(arr.cast(pa.string()))
+        parts = ('"', arr.cast(pa.string()), '"')
     elif pa.types.is_timestamp(t):  # a zone-aware (UTC) one is written as its UTC wall time with Z
         text = pc.replace_substring(arr.cast(pa.timestamp(t.unit)).cast(pa.string()), " ", "T", max_replacements=1)
-        s = pc.binary_join_element_wise('"', text, '"' if t.tz is None else 'Z"', "")
+        parts = ('"', text, '"' if t.tz is None else 'Z"')
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        s = _json_strings(arr)
+        parts = _json_text(arr)
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        s = pa.array([None if v is None else '"' + base64.b64encode(v).decode() + '"' for v in arr.to_pylist()],
-                     pa.string())
+        parts = (pa.array([None if v is None else '"' + base64.b64encode(v).decode() + '"' for v in arr.to_pylist()],
+                          pa.string()),)
     else:  # lists (VECTOR) and anything else: the json module
-        s = pa.array([None if v is None else json.dumps(v, ensure_ascii=False, default=str)
-                      for v in arr.to_pylist()], pa.string())
-    return pc.fill_null(s, "null")
+        parts = (pa.array([None if v is None else json.dumps(v, ensure_ascii=False, default=str)
+                           for v in arr.to_pylist()], pa.string()),)
+    if arr.null_count:  # one string per row, `null` where null
+        return (pc.fill_null(parts[0] if len(parts) == 1 else _join(*parts), "null"),)
+    return parts
 
 
-def _object_parts(names: Sequence[str], fragments: Sequence[pa.Array]) -> list:
-    """The arguments of binary_join_element_wise that write rows as JSON objects {name: value, ...}: literal
-    pieces (Arrow scalars) between the columns' fragments, so one join can write a whole event."""
+def json_fragments(arr) -> pa.Array:
+    """One column as JSON text per row (`null` for nulls): see value_parts."""
+    parts = value_parts(arr)
+    return parts[0] if len(parts) == 1 else _join(*parts)
+
+
+def _take(parts: tuple, how: str, rows: pa.Array) -> tuple:
+    """The parts with their arrays' rows selected (`how`: "filter" by a mask, "take" by indexes)."""
+    return tuple(p if isinstance(p, str) else getattr(p, how)(rows) for p in parts)
+
+
+def _object_parts(names: Sequence[str], fragments: Sequence[tuple]) -> list:
+    """The arguments of _join that write rows as JSON objects {name: value, ...}: literal pieces between the
+    columns' value parts, so one join can write a whole event."""
     if not names:
-        return [pa.scalar("{}")]
+        return ["{}"]
     parts: list = []
     for i, (name, frag) in enumerate(zip(names, fragments, strict=True)):
-        parts.append(pa.scalar(("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":"))
-        parts.append(frag)
-    parts.append(pa.scalar("}"))
+        parts.append(("{" if i == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":")
+        parts.extend(frag)
+    parts.append("}")
     return parts
 
 
@@ -197,15 +232,16 @@ def _join(*parts) -> pa.Array:
     """Concatenate literal strings and per-row strings (adjacent literals merged first)."""
     merged: list = []
     for part in parts:
-        if isinstance(part, str):
-            part = pa.scalar(part)
-        if isinstance(part, pa.Scalar) and merged and isinstance(merged[-1], pa.Scalar):
-            merged[-1] = pa.scalar(merged[-1].as_py() + part.as_py())
+        if isinstance(part, pa.Scalar):
+            part = part.as_py()
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
         else:
             merged.append(part)
-    if all(isinstance(p, pa.Scalar) for p in merged):
+    if all(isinstance(p, str) for p in merged):
         raise ValueError("nothing per row to join")
-    return pc.binary_join_element_wise(*merged, pa.scalar(""))
+    return pc.binary_join_element_wise(*[pa.scalar(p) if isinstance(p, str) else p for p in merged],
+                                       pa.scalar(""))
 
 
 # -- one decoded range -> ordered messages ---------------------------------------------------------------------------
@@ -241,11 +277,11 @@ class Messages:
     def __len__(self) -> int:
         return sum(len(c) for c in self.chunks)
 
-    def ordered(self) -> tuple[list, list, list, list, list]:
-        """(order, topics, keys, values, partitions): `order` lists the record indexes in binlog order."""
+    def ordered(self) -> tuple[Sequence, Sequence, Sequence, Sequence]:
+        """(topics, keys, values, partitions) of every record, in binlog order."""
         chunks = [c for c in self.chunks if len(c)]
         if not chunks:
-            return [], [], [], [], []
+            return [], [], [], []
         sizes = [len(c) for c in chunks]
         cat = np.concatenate
         order = np.lexsort((cat([np.full(n, c.k, np.int64) for c, n in zip(chunks, sizes, strict=True)]),
@@ -255,7 +291,10 @@ class Messages:
         keys = list(chain.from_iterable(c.keys for c in chunks))
         values = list(chain.from_iterable(c.values for c in chunks))
         parts = list(chain.from_iterable([c.partition] * n for c, n in zip(chunks, sizes, strict=True)))
-        return order.tolist(), topics, keys, values, parts
+        if len(order) == 1:
+            return topics, keys, values, parts
+        pick = itemgetter(*order.tolist())  # the records in order, picked in C
+        return pick(topics), pick(keys), pick(values), pick(parts)
 
 
 class _ServerIds:
@@ -316,14 +355,20 @@ class Encoder:
         return out
 
     def _source_parts(self, db: str, table: str, part: pa.Table, server_ids: _ServerIds) -> list:
-        sid = pa.array(server_ids.at(part.column("_pos").to_numpy())).cast(pa.string())
-        ts = pc.divide(part.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
-        gtid = pc.fill_null(_json_strings(part.column("_gtid")), "null")
+        """The source block's parts: all but the row and sub are the same for every row of one rows event, so they
+        are written once per event and repeated (by take) for its rows."""
+        pos = part.column("_pos").to_numpy()
+        uniq, first, inverse = np.unique(pos, return_index=True, return_inverse=True)
+        events = part.take(pa.array(first))
+        sid = pa.array(server_ids.at(uniq)).cast(pa.string())
+        ts = pc.divide(events.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
+        gtid = pc.fill_null(_json_strings(events.column("_gtid")), "null")
         file = json.dumps(part.column("_binlog_file")[0].as_py(), ensure_ascii=False)
-        return ['{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json + ',"server_id":',
-                sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' + json.dumps(db, ensure_ascii=False) + ',"table":'
-                + json.dumps(table, ensure_ascii=False) + ',"gtid":', gtid, ',"file":' + file + ',"pos":',
-                part.column("_pos").cast(pa.string()), ',"row":', part.column("_row").cast(pa.string()), ',"sub":',
+        head = _join('{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json +
+                     ',"server_id":', sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' +
+                     json.dumps(db, ensure_ascii=False) + ',"table":' + json.dumps(table, ensure_ascii=False) +
+                     ',"gtid":', gtid, ',"file":' + file + ',"pos":', pa.array(uniq).cast(pa.string()), ',"row":')
+        return [head.take(pa.array(inverse.reshape(-1))), part.column("_row").cast(pa.string()), ',"sub":',
                 part.column("_sub").cast(pa.string()), "}"]
 
     def _event(self, before: list | None, after: list | None, source: list, op: str, now_ms: str) -> list:
@@ -351,7 +396,7 @@ class Encoder:
             if not n:
                 continue
             part = piece.filter(mask) if n < piece.num_rows else piece
-            frags = {c: json_fragments(part.column(c)) for c in cols}
+            frags = {c: value_parts(part.column(c)) for c in cols}
             row = _object_parts(cols, [frags[c] for c in cols])
             keys = (_join(*_object_parts(key_cols, [frags[c] for c in key_cols])).to_pylist() if key_cols
                     else [None] * n)
@@ -364,7 +409,7 @@ class Encoder:
                     out.chunks.append(chunk(part, keys, [None] * n, 1))
                 continue
             befores = part.column("_before").combine_chunks()
-            bfrags = {c: json_fragments(befores.field(c)) for c in cols}
+            bfrags = {c: value_parts(befores.field(c)) for c in cols}
             has_before = befores.is_valid()
             moved = np.zeros(n, bool)
             if key_cols:
@@ -380,8 +425,8 @@ class Encoder:
                 idx = pa.array(np.flatnonzero(moved))
                 sub_part = part.take(idx)
                 src = self._source_parts(db, name, sub_part, server_ids)
-                after = _object_parts(cols, [frags[c].take(idx) for c in cols])
-                before = _object_parts(cols, [bfrags[c].take(idx) for c in cols])
+                after = _object_parts(cols, [_take(frags[c], "take", idx) for c in cols])
+                before = _object_parts(cols, [_take(bfrags[c], "take", idx) for c in cols])
                 old_keys = old.take(idx).to_pylist()
                 new_keys = [keys[i] for i in idx.to_pylist()]
                 m = len(new_keys)
@@ -398,8 +443,8 @@ class Encoder:
         if not stay.all():
             sel = pa.array(stay)
             part = part.filter(sel)
-            frags = {c: f.filter(sel) for c, f in frags.items()}
-            bfrags = {c: f.filter(sel) for c, f in bfrags.items()}
+            frags = {c: _take(f, "filter", sel) for c, f in frags.items()}
+            bfrags = {c: _take(f, "filter", sel) for c, f in bfrags.items()}
             has_before = has_before.filter(sel)
             keys = [k for k, s in zip(keys, stay.tolist(), strict=True) if s]
         after = _object_parts(cols, [frags[c] for c in cols])
@@ -650,13 +695,13 @@ class KafkaPublisher:
                     start = position["pos"]
             starts, _end = transaction_starts(path, name, start)
             for range_start, stop in plan_ranges(path, name, start, opts.batch_bytes):
-                # One Kafka transaction per batch, decoded, encoded and produced a slice (about SLICE_BYTES of
+                # One Kafka transaction per batch, decoded, encoded and produced a slice (about slice_bytes of
                 # binlog, whole transactions) at a time: little memory at once, reused slice after slice, and
                 # librdkafka sends one slice while the next is decoded.
                 ddl = new = False
                 result = None
                 try:
-                    for slice_start, slice_stop in _slices(starts, range_start, stop, SLICE_BYTES):
+                    for slice_start, slice_stop in _slices(starts, range_start, stop, opts.slice_bytes):
                         t0, c0 = time.perf_counter(), time.process_time()
                         result = decode_range(path, name, seq, slice_start, slice_stop, self._batch + 1, resolver,
                                               opts.tables, opts.databases)
@@ -765,29 +810,38 @@ class KafkaPublisher:
                 self._delivery_error = None
                 producer.begin_transaction()
                 self._in_transaction = True
-            order, topics, keys, values, parts = messages.ordered()
             produce = producer.produce
-            step = self._step if self._kill_at is not None else None
-            for i in order:
-                if step is not None:
-                    step()
-                part = parts[i]
-                while True:
+            if self._kill_at is None:
+                for topic, key, value, part in zip(*messages.ordered(), strict=True):
                     try:
                         if part is None:
-                            produce(topics[i], values[i], keys[i])
+                            produce(topic, value, key)
                         else:
-                            produce(topics[i], values[i], keys[i], part)
-                        break
-                    except BufferError:  # the local queue is full: let librdkafka send some
-                        producer.poll(0.05)
-                    except KafkaException as exc:  # refused before sending (e.g. larger than message.max.bytes)
-                        key = keys[i][:200] if keys[i] else "null"
-                        raise PublishError(f"Kafka topic {topics[i]} key {key}: {_kafka_text(exc)}; the batch from "
-                                           f"{batch} was not published") from None
+                            produce(topic, value, key, part)
+                    except (BufferError, KafkaException):  # retried, or the error named (below)
+                        self._produce_one(topic, value, key, part, batch)
+            else:  # a crash test: a step before each record
+                for topic, key, value, part in zip(*messages.ordered(), strict=True):
+                    self._step()
+                    self._produce_one(topic, value, key, part, batch)
         except BaseException:
             self._abort()
             raise
+
+    def _produce_one(self, topic: str, value, key, part: int | None, batch: str) -> None:
+        """One record, waiting while the local queue is full; a record the client refuses is named."""
+        while True:
+            try:
+                if part is None:
+                    self.producer.produce(topic, value, key)
+                else:
+                    self.producer.produce(topic, value, key, part)
+                return
+            except BufferError:  # the local queue is full: let librdkafka send some
+                self.producer.poll(0.05)
+            except KafkaException as exc:  # refused before sending (e.g. larger than message.max.bytes)
+                raise PublishError(f"Kafka topic {topic} key {key[:200] if key else 'null'}: {_kafka_text(exc)}; "
+                                   f"the batch from {batch} was not published") from None
 
     def _finish(self, end: dict) -> None:
         """Write the batch's end position into its transaction and commit it (a batch without records too)."""

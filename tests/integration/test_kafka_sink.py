@@ -623,3 +623,47 @@ def test_a_refused_record_publishes_nothing_of_its_batch(kafka_broker: PrivateKa
     line = done.stderr.strip()
     assert len(line.splitlines()) == 1 and "Kafka topic k20big." in line and "was not published" in line
     assert read_topics(kafka_broker.bootstrap, "k20big", include_offsets=True) == []
+
+
+SLICED = """import sys
+from pathlib import Path
+from binlake.sinks.kafka import KafkaSinkOptions, publish
+bootstrap, prefix, dbs, *files = sys.argv[1:]
+publish(KafkaSinkOptions(bootstrap, prefix, files, databases=set(dbs.split(",")), batch_bytes=1 << 30,
+                         slice_bytes=3000, partitions=3))
+"""
+
+
+def test_a_batch_of_many_slices_is_one_transaction_published_once(kafka_broker: PrivateKafka,
+                                                                  mariadb_full: PrivateMariaDB,
+                                                                  workload_binlogs) -> None:
+    """A batch as large as a file, produced 3,000 binlog bytes (whole transactions) at a time into its one Kafka
+    transaction: killed (SIGKILL) at seeded points inside batches and run again, every change is there exactly once,
+    one committed offsets record per file, and the tables rebuild to SELECT *."""
+    from binlake.lake.split import transaction_starts
+    from binlake.sinks.kafka import _slices
+
+    source, work = workload_binlogs
+    files = sorted(source.iterdir())
+    slices = [len(_slices(transaction_starts(str(f), f.name, 4)[0], 4, None, 3000)) for f in files]
+    assert max(slices) >= 3, f"batches of several slices: {slices}"
+    prefix = "k20slices"
+    cmd = [sys.executable, "-c", SLICED, kafka_broker.bootstrap, prefix, ",".join(DBS), *map(str, files)]
+    rng = random.Random(21)
+    for _ in range(3):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=PROJECT_ROOT,
+                              env={**os.environ, KILL_AT_ENV: str(rng.randint(50, 600))})
+        assert done.returncode == -9, done.stderr
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=PROJECT_ROOT)
+    assert done.returncode == 0, done.stderr
+    records = read_topics(kafka_broker.bootstrap, prefix)
+    state, counts, _schema = rebuild(records, prefix)
+    expected = server_tables(mariadb_full)
+    assert project(state, expected) == expected
+    per_partition = Counter({(t, op): n * (3 if op == "t" else 1)
+                             for (t, op), n in binlog_counts(files, work.truncates).items()})
+    assert counts == per_partition and max(change_ids(records, prefix).values()) == 1
+    offsets = len(read_topics(kafka_broker.bootstrap, prefix, include_offsets=True)) - len(records)
+    assert offsets == len(files), "one committed transaction (offsets record) per file"
+    uncommitted = read_topics(kafka_broker.bootstrap, prefix, isolation="read_uncommitted")
+    assert len(uncommitted) > len(records), "the kills cut transactions short"
