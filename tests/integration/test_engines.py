@@ -248,6 +248,9 @@ def test_copy_table_moves_rows_schema_and_tombstones_at_a_version(engine: DeltaE
     fresh = str(lake_root / f"new_{uuid.uuid4().hex[:8]}")
     assert engine.copy_table(src, engine.version(src), fresh, "n", 1) is True
     assert current(engine, fresh) == {1: ("later", 9, 30), 2: ("b", 2, 11)}
+    # Created empty (version 0, no txn) then copied, as any table's first commit: both engines give a table the
+    # same versions (the lake's catalog records a dropped table's last one).
+    assert [(h["version"], h["action"]) for h in engine.history(fresh)] == [(1, "copy"), (0, None)]
 
 
 def test_merge_accepts_composite_and_awkward_keys(engine: DeltaEngine, table: str) -> None:

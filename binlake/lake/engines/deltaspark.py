@@ -353,9 +353,13 @@ class DeltaSparkEngine:
     def create_empty(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        if self.exists(path):
-            return
-        df = self.spark.createDataFrame([], from_arrow_schema(schema, prefer_timestamp_ntz=True))
+        if not self.exists(path):
+            self._create(path, from_arrow_schema(schema, prefer_timestamp_ntz=True), partition_by)
+
+    def _create(self, path: str, spark_schema, partition_by: list[str] | None = None) -> None:
+        """The empty version 0 (no txn) binlake writes before a table's first commit, as the delta-rs engine does:
+        both engines give a table the same versions (the catalog records them: `final_version`)."""
+        df = self.spark.createDataFrame([], spark_schema)
         writer = df.write.format("delta").mode("ignore")
         if partition_by:
             writer = writer.partitionBy(*partition_by)
@@ -683,6 +687,8 @@ class DeltaSparkEngine:
         def attempt() -> bool:
             if self.exists(dst) and is_committed(self.txn_version(dst, app_id), batch):
                 return False
+            if src is not None and not self.exists(dst):
+                self._create(dst, df.schema)  # version 0 empty, the copy version 1 (as delta-rs's copy)
             if src is not None:
                 self._ensure_ntz_feature(dst, self.table_schema(src))
             self._writer(df, "overwrite", app_id, batch, meta).option("overwriteSchema", "true").save(str(dst))
