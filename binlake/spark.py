@@ -46,9 +46,21 @@ def delta_jars(folder: Path | None = None) -> list[str]:
     return jars if any(Path(j).name.startswith("delta-spark_") for j in jars) else []
 
 
+def delta_jar_name() -> str:
+    """The delta-spark jar matching the installed delta-spark and pyspark (what setup fetches from Maven Central:
+    io.delta:delta-spark_<Spark major.minor>_2.13:<delta-spark version>)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        delta, spark = version("delta-spark"), version("pyspark")
+    except PackageNotFoundError:
+        return "delta-spark_<spark>_2.13-<version>.jar"
+    return f"delta-spark_{'.'.join(spark.split('.')[:2])}_2.13-{delta}.jar"
+
+
 def missing_jars_message(folder: Path | None = None) -> str:
-    return (f"the Delta jars are not in {folder or delta_jars_dir()}: fetch them with `{SETUP_COMMAND}` "
-            f"(or set {DELTA_JARS_ENV} to a folder holding them)")
+    return (f"the Delta jars are not in {folder or delta_jars_dir()} (no {delta_jar_name()}): fetch them with "
+            f"`{SETUP_COMMAND}` (or set {DELTA_JARS_ENV} to a folder holding them)")
 
 
 def _jvm_running() -> bool:
@@ -161,7 +173,26 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    _quiet_task_failures(session)
     return session
+
+
+# Spark's loggers that print a failed task's stack trace (the executor's, the scheduler's): binlake reports the
+# failure itself, as one line naming the stage, file and positions (SparkTaskFailed, SparkStageFailed).
+TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
+
+
+def _quiet_task_failures(session) -> None:
+    """Silence TASK_FAILURE_LOGGERS in this JVM, unless BINLAKE_DEBUG asks for everything."""
+    if os.environ.get("BINLAKE_DEBUG", "") not in ("", "0"):
+        return
+    jvm = session.sparkContext._jvm
+    try:
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in TASK_FAILURE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:  # another logging backend: its logs stay as they are
+        return
 
 
 class SparkTaskFailed(RuntimeError):

@@ -22,6 +22,7 @@ import pyarrow as pa
 from ..binlog.api import sequence_number
 from ..schema.model import TableDef
 from .control import FileState
+from .crashpoints import crash_point
 from .decode_task import RangeResult, decode_range, in_process
 from .engines import DELETED, SEQ, DeltaEngine
 from .holds import held_line
@@ -47,8 +48,10 @@ def run_task(task: Task, batch: int, resolver, filters, stage: str | None = None
     `keep_bytes` too, only if they outgrow it (decode_range)."""
     path, name, seq, start, stop = task
     tables, databases = filters
-    return decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage,
-                        keep_bytes=keep_bytes)
+    result = decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage,
+                          keep_bytes=keep_bytes)
+    crash_point("decode-task")
+    return result
 
 
 def local_executor(tasks: list[Task], batch: int, resolver, filters, stage: str | None = None) -> list[RangeResult]:

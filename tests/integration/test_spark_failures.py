@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -189,3 +190,79 @@ def test_a_failing_decode_task_is_one_line_naming_file_and_range_and_nothing_is_
                          capture_output=True, text=True, timeout=600, start_new_session=True)
     assert cli.returncode == int(code), cli.stderr[-2000:]
     assert "Traceback" not in cli.stderr and damaged.name in cli.stderr.strip().splitlines()[-1], cli.stderr[-2000:]
+
+
+def test_executor_failures_and_missing_jars_are_one_line_nothing_committed_and_a_rerun_converges(
+        mariadb_full, tmp_path) -> None:
+    """`binlake ingest --spark` (the command line, as users run it) when things outside binlake fail: the Delta jar
+    missing (BINLAKE_DELTA_JARS at an empty folder: the line names the jar and the setup command, before any Spark
+    starts), an executor's Python worker killed inside a decode task, and a decode task running out of memory
+    (crash point `decode-task`, binlake.lake.crashpoints). Each ends with exit code 6 (unavailable) and one line on
+    stderr naming the stage, a binlog file of the batch and the task's position range, no traceback; nothing is
+    committed (no table, no control row); then a plain run writes the lake an uninterrupted in-process run writes."""
+    from binlake.exitcodes import ExitCode
+    from binlake.spark import delta_jar_name, delta_jars_dir
+
+    if not delta_jars():
+        skip_or_fail("the Delta jars are not fetched (bash scripts/dev.sh setup)")
+    assert (delta_jars_dir() / delta_jar_name()).is_file(), "the jar the error names is the one setup fetches"
+    server = mariadb_full
+    dbs = fresh(server, "sp_err_a", "sp_err_b")
+    first = server.binlog_files()[-1].name
+    statements, _ = workload(dbs, seed=1626)
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    half = len(statements) // 2
+    for part in (statements[:half], statements[half:]):  # two files: two decode tasks
+        run(server, dbs[0], *part)
+        server.flush_logs()
+    for f in new_files(server, first):
+        (source / f.name).write_bytes(f.read_bytes())
+    names = {f.name for f in source.iterdir()}
+    clean = tmp_path / "clean"
+    run_ingest(IngestOptions(lake=str(clean), files=sorted(str(f) for f in source.iterdir()), databases=set(dbs),
+                             quality=QualityConfig(enabled=False)))
+    assert lake_current(clean, dbs) == server_tables(server, dbs)
+
+    lake = tmp_path / "lake"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "BINLAKE_SPARK_MASTER": "local[2]",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("BINLAKE_DEBUG", None)
+
+    def cli(extra_env: dict) -> tuple[int, list[str]]:
+        done = subprocess.run([sys.executable, "-m", "binlake.cli", "ingest", "--spark", "--source",
+                               f"local:{source}", "--lake", str(lake), "--databases", ",".join(dbs), "--no-progress",
+                               "--no-gates"], env={**env, **extra_env}, cwd=ROOT, capture_output=True, text=True,
+                              timeout=600, start_new_session=True)
+        return done.returncode, done.stderr.strip().splitlines()
+
+    empty = tmp_path / "no-jars"
+    empty.mkdir()
+    code, lines = cli({"BINLAKE_DELTA_JARS": str(empty)})
+    assert code == ExitCode.UNAVAILABLE and len(lines) == 1, (code, lines)
+    assert lines[0].startswith("binlake: error: --engine delta-spark: ") and str(empty) in lines[0], lines
+    assert f"no {delta_jar_name()}" in lines[0] and "bash scripts/dev.sh setup" in lines[0], lines
+    assert not lake.exists()
+
+    for crash, cause in (("decode-task:1", "Python worker exited unexpectedly (crashed"),
+                         ("decode-task:1:memory", "MemoryError: crash point decode-task")):
+        code, lines = cli({CRASH_ENV: crash})
+        assert code == ExitCode.UNAVAILABLE, (crash, code, lines[-20:])
+        # No stack trace, Python's or the JVM's (Spark's task-failure logs are binlake's one line here).
+        assert not any("Traceback" in line or line.startswith("\tat ") or " ERROR " in line for line in lines), \
+            (crash, lines[-40:])
+        found = re.fullmatch(r"binlake: error: Spark decode stage failed at (\S+) \[(\d+), (\d+|end)\): (.+)",
+                             lines[-1])
+        assert found and found.group(1) in names and cause in found.group(4), (crash, lines[-5:])
+        assert not (lake / dbs[0]).exists() and not (lake / "_binlake" / "control").exists(), crash
+
+    code, lines = cli({})
+    assert code == 0, lines[-20:]
+    assert lake_current(lake, dbs) == lake_current(clean, dbs)
+    want, got = delta_tables(clean), delta_tables(lake)
+    assert sorted(got) == sorted(want)
+    for name, path in sorted(want.items()):
+        if not name.startswith("_binlake/validations"):
+            own = name.startswith("_binlake")
+            assert table_rows(got[name], own) == table_rows(path, own), name
+    assert not any(_history_duplicates(lake).values())

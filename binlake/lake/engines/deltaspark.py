@@ -153,6 +153,8 @@ def spark_cause(exc: BaseException) -> str:
     """The cause of a failed Spark job in one line: the executor's exception, an OutOfMemoryError, a lost
     executor, else the first line of the error."""
     text = str(exc)
+    if "Python worker exited unexpectedly (crashed)" in text and "OutOfMemoryError" not in text:
+        return "an executor's Python worker exited unexpectedly (crashed: killed, or out of memory)"
     for pattern in (r"(java\.lang\.OutOfMemoryError[^\n]*)", r"(ExecutorLostFailure[^\n]*)",
                     r"\n(\w+(?:Error|Exception|Mismatch|Missing): [^\n]*)\n", r"(SparkException: [^\n]*)"):
         m = re.search(pattern, text)
