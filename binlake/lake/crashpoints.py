@@ -6,7 +6,8 @@ Points: `decode-task` (in a decode task, after its range is decoded and staged: 
 Python worker that dies, counted per worker), `decoded` (decode tasks done, nothing saved), `history:<i>` counted per
 history append, `merge` counted per current-table merge commit and `merge-tombstones` between a staged merge's
 tombstone and MERGE commits, `merged` (every merge done, before the registry and catalog commits), `publish` (before
-the control table's commit).
+the control table's commit). Counts are of the commits this process makes: a re-run after a crash skips what was
+committed without counting it, so `history:1` / `merge:1` there is the first append / merge it still had to make.
 """
 
 from __future__ import annotations

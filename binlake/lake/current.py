@@ -380,8 +380,8 @@ def merge_segments(engine, layout, registry, name: str, plan: list[tuple[str | N
             else:
                 alter_to(engine, path, current, table_def, tm, app, batch * 1000 + step, warnings)
                 step += 1
-        engine.merge(path, rows, keys, app, batch * 1000 + step)
-        crash_point("merge")
+        if engine.merge(path, rows, keys, app, batch * 1000 + step):
+            crash_point("merge")  # counted per merge this process commits (a re-run skips the committed ones)
         step += 1
         merges += 1
         if not evolved:
