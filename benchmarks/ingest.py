@@ -10,9 +10,14 @@ the quality gates' Great Expectations import stays in the run's own split. Usage
 
 `--spark` measures Spark at scale instead (issue 16): MB/s and rows/s of in-process, local[1] and local[2] on one
 large generated binlog and on a batch of 8 generated files (benchmarks/big_binlog.py, cached outside the
-repository), gates off, each run in a fresh process, with the machine's load average beside each figure:
+repository), gates off, each run in a fresh process, with the machine's load average beside each figure. The Spark
+runs commit with the delta-spark engine as `binlake ingest --spark` does (`--spark-engine delta-rs`: decode on
+Spark, commits in the driver with delta-rs):
 
-    .venv/bin/python benchmarks/ingest.py --spark [--one-mb 500] [--batch-mb 500] [--json OUT]
+    .venv/bin/python benchmarks/ingest.py --spark [--one-mb 500] [--batch-mb 500] [--repeat 3] [--json OUT]
+
+It reports the medians of wall seconds and of CPU seconds (user + sys of the run's whole process tree: with Spark,
+the JVM and its Python workers), the session start apart (not counted in the run's seconds).
 """
 
 from __future__ import annotations
@@ -102,32 +107,64 @@ def gate_figures(run: dict) -> dict:
 
 
 SCALE_CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, {root!r})
 from binlake.lake.ingest import IngestOptions
 from binlake.quality.stages import run_ingest
 from binlake.settings import QualityConfig
-mode, split_mb, lake, files = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+
+
+def tree_cpu():
+    # CPU seconds (user + sys, reaped children included) of this process and every descendant: the JVM and the
+    # Python workers of a local Spark master are children of this process.
+    stats = {{}}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                text = open(f"/proc/{{d}}/stat").read()
+            except OSError:
+                continue
+            f = text[text.rindex(")") + 2:].split()
+            stats[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]))
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo.extend(p for p, (ppid, _) in stats.items() if ppid == pid and p not in mine)
+    return sum(stats[p][1] for p in mine if p in stats) / os.sysconf("SC_CLK_TCK")
+
+
+mode, engine, split_mb, lake, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 kwargs = {{}}
-if mode != "in-process":
-    from binlake.spark import build_spark_session, spark_executor
-    spark = build_spark_session("bench", master=mode)
-    kwargs["executor"] = spark_executor(spark)
-opts = IngestOptions(lake=lake, files=files, split_bytes=split_mb << 20, quality=QualityConfig(enabled=False))
 t = time.perf_counter()
+if mode != "in-process":  # as `binlake ingest --spark`: decode tasks on Spark, commits by `engine`
+    from binlake.lake.engines import use_spark
+    from binlake.spark import build_spark_session, spark_executor
+    spark = build_spark_session("bench", master=mode, delta=engine == "delta-spark")
+    use_spark(spark)
+    kwargs["executor"] = spark_executor(spark)
+else:
+    engine = "delta-rs"
+session = time.perf_counter() - t
+opts = IngestOptions(lake=lake, files=files, split_bytes=split_mb << 20, quality=QualityConfig(enabled=False),
+                     engine=engine)
+t, c = time.perf_counter(), tree_cpu()
 s = run_ingest(opts, **kwargs)
-print(json.dumps({{"rows": sum(s.rows.values()), "seconds": time.perf_counter() - t, "split": s.seconds}}))
+print(json.dumps({{"rows": sum(s.rows.values()), "seconds": time.perf_counter() - t, "cpu": tree_cpu() - c,
+                  "session": session, "split": s.seconds}}))
 """
 
 
-def scale_run(mode: str, files: list[str], split_mb: int) -> dict:
-    """One ingest of `files` (gates off) in a fresh process: in-process or on Spark with master `mode`."""
+def scale_run(mode: str, files: list[str], split_mb: int, engine: str = "delta-spark") -> dict:
+    """One ingest of `files` (gates off) in a fresh process: in-process (delta-rs) or on Spark with master `mode`
+    and `engine` committing."""
     lake = tempfile.mkdtemp(prefix="binlake-bench-scale-")
     try:
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
         load = os.getloadavg()[0]
-        done = subprocess.run([sys.executable, "-c", SCALE_CHILD.format(root=str(HERE.parent)), mode, str(split_mb),
-                               lake, *files], capture_output=True, text=True, env=env)
+        done = subprocess.run([sys.executable, "-c", SCALE_CHILD.format(root=str(HERE.parent)), mode, engine,
+                               str(split_mb), lake, *files], capture_output=True, text=True, env=env)
+        load = max(load, os.getloadavg()[0])  # the higher of the load averages at the start and at the end
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if not lines:
             tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-3:]
@@ -141,33 +178,59 @@ def scale_run(mode: str, files: list[str], split_mb: int) -> dict:
         shutil.rmtree(lake, ignore_errors=True)
 
 
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 def spark_scale(args: argparse.Namespace) -> int:
     """`--spark`: in-process, local[1] and local[2] on one large generated file and on a batch of 8 files (gates
-    off, the command line's default 64 MB decode ranges), alternated per input, each in a fresh process."""
+    off, the command line's default 64 MB decode ranges), alternated per input, each in a fresh process, `--repeat`
+    rounds; the medians of wall and CPU seconds (the process tree: JVM and Python workers included) are reported."""
     from benchmarks.big_binlog import cached
 
     one, _ = cached(args.one_mb, args.cache_dir)
     batch_first, info = cached(args.batch_mb, args.cache_dir, files=8)
     inputs = {f"one file ({args.one_mb:g} MB)": [str(one)],
               f"8 files ({args.batch_mb:g} MB)": [str(batch_first.parent / n) for n in info["files"]]}
-    figures = {"cpus": os.cpu_count(), "split_mb": args.split_mb, "runs": []}
-    for name, files in inputs.items():
-        for mode in ("in-process", "local[1]", "local[2]"):
-            run = scale_run(mode, files, args.split_mb)
-            run["input"] = name
-            print(json.dumps(run, default=str), flush=True)
-            figures["runs"].append(run)
-    print("\n| input | run | seconds | MB/s | rows/s | x in-process | load (1 min) |\n|---|---|---|---|---|---|---|")
+    modes = [m for m in ("in-process", "local[1]", "local[2]") if not args.modes or m in args.modes.split(",")]
+    figures = {"cpus": os.cpu_count(), "split_mb": args.split_mb, "repeat": args.repeat,
+               "spark_engine": args.spark_engine, "runs": []}
+    for n in range(max(1, args.repeat)):
+        for name, files in inputs.items():
+            for mode in modes:
+                run = scale_run(mode, files, args.split_mb, args.spark_engine)
+                run.update(input=name, round=n)
+                print(json.dumps(run, default=str), flush=True)
+                figures["runs"].append(run)
+    print("\n| input | run | seconds | CPU s | MB/s | rows/s | x in-process (wall) | x in-process (CPU) | "
+          "session start s | load (1 min) |\n|---|---|---|---|---|---|---|---|---|---|")
+    medians = []
     for name in inputs:
-        runs = [r for r in figures["runs"] if r["input"] == name]
-        base = next((r["seconds"] for r in runs if r["mode"] == "in-process" and "seconds" in r), None)
-        for r in runs:
-            if "seconds" not in r:
-                print(f"| {name} | {r['mode']} | failed ({r['failed']}): {r['error'][:120]} | | | | {r['load']} |")
+        base = None
+        for mode in modes:
+            runs = [r for r in figures["runs"] if r["input"] == name and r["mode"] == mode]
+            ok = [r for r in runs if "seconds" in r]
+            loads = sorted(r["load"] for r in runs)
+            load = f"{loads[0]}-{loads[-1]}" if loads[0] != loads[-1] else f"{loads[0]}"
+            if not ok:
+                r = runs[-1]
+                print(f"| {name} | {mode} | failed ({r['failed']}): {r['error'][:120]} | | | | | | | {load} |")
                 continue
-            ratio = f"{r['seconds'] / base:.2f}" if base else ""
-            print(f"| {name} | {r['mode']} | {r['seconds']:.1f} | {r['mb_per_s']} | {r['rows_per_s']:,} | {ratio} | "
-                  f"{r['load']} |")
+            wall, cpu = _median([r["seconds"] for r in ok]), _median([r["cpu"] for r in ok])
+            if mode == "in-process":
+                base = (wall, cpu)
+            mb, rows = ok[0]["mb"], ok[0]["rows"]
+            med = {"input": name, "mode": mode, "runs": len(ok), "seconds": round(wall, 2), "cpu": round(cpu, 2),
+                   "mb_per_s": round(mb / wall, 2), "rows_per_s": round(rows / wall),
+                   "session": round(_median([r["session"] for r in ok]), 2), "load": load}
+            medians.append(med)
+            ratio = f"{wall / base[0]:.2f}" if base else ""
+            ratio_cpu = f"{cpu / base[1]:.2f}" if base else ""
+            print(f"| {name} | {mode} | {wall:.1f} | {cpu:.1f} | {med['mb_per_s']} | {med['rows_per_s']:,} | "
+                  f"{ratio} | {ratio_cpu} | {med['session']} | {load} |")
+    figures["medians"] = medians
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, default=str) + "\n")
     return 0
@@ -183,8 +246,13 @@ def main() -> int:
     parser.add_argument("--batch-mb", type=float, default=500, help="--spark: total size of the 8 files")
     parser.add_argument("--split-mb", type=int, default=64, help="--spark: decode range size (the CLI default)")
     parser.add_argument("--cache-dir", help="--spark: where the generated binlogs are kept")
+    parser.add_argument("--spark-engine", default="delta-spark", choices=("delta-spark", "delta-rs"),
+                        help="--spark: the engine committing the Spark runs (default delta-spark, as `binlake ingest "
+                        "--spark`); in-process is always delta-rs")
+    parser.add_argument("--modes", help="--spark: only these runs (comma-separated: in-process,local[1],local[2])")
     parser.add_argument("--repeat", type=int, default=3, help="decode-only and in-process ingest runs, "
-                        "alternated; the best of each is reported (other work on the machine only slows runs down)")
+                        "alternated; the best of each is reported (other work on the machine only slows runs down). "
+                        "--spark: rounds of every run, medians reported")
     args = parser.parse_args()
     if args.spark:
         return spark_scale(args)

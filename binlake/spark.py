@@ -32,6 +32,7 @@ DELTA_JARS_ENV = "BINLAKE_DELTA_JARS"
 SETUP_COMMAND = "bash scripts/dev.sh setup"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def delta_jars_dir() -> Path:
@@ -161,6 +162,11 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
     }
     if loopback:
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        if not jvm_running and "spark.driver.extraJavaOptions" not in extra_conf:
+            # Local mode: one short-lived JVM is driver and executor. Its C2 JIT compiler took about half of the
+            # JVM's CPU in an ingest (36 of 90 s at 100 MB, docs/speed.md); the quick C1 tier alone halves the
+            # CPU of small and medium batches. Set spark.driver.extraJavaOptions to choose otherwise.
+            conf["spark.driver.extraJavaOptions"] = LOCAL_JAVA_OPTIONS
     if with_delta:
         conf.update(delta_conf(jars, extra_conf))
         if loopback:

@@ -466,7 +466,8 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
     if not pb.premerge:  # the state before the batch's first merge commit; kept across retries and restores
         pb.premerge = {"registry_version": engine.version(layout.tables_path),
                        "tables": {name: premerge_figures(engine, layout, pb.tables[name], plan,
-                                                         pb.tables[name].get("name", name).lower() in touched)
+                                                         pb.tables[name].get("name", name).lower() in touched,
+                                                         counts=opts.quality.enabled)
                                   for name, plan in plans.items()},
                        "schema_end": {name: _table_version(engine, layout.current_path(end["database"], end["table"]))
                                       for name, end in pb.schema_end.items() if name not in pb.tables
@@ -588,15 +589,17 @@ def _above_floor(plan: list[tuple], floor: int | None) -> list[tuple]:
 
 
 def premerge_figures(engine: DeltaEngine, layout: LakeLayout, info: dict, plan: list[tuple],
-                     lifecycle: bool = False) -> dict:
+                     lifecycle: bool = False, counts: bool = True) -> dict:
     """The current table's version and row count before the batch, and the net inserts and deletes the batch's
     changes make by the merge rule (a change applies when newer than the row's `_seq`, an upsert of a deleted key
-    only when not older than its tombstone)."""
+    only when not older than its tombstone). `counts` False (the gates are off: only the after-merge gate's count
+    reconciliation reads them): the version alone, the figures left out (None: not evaluated), which spares
+    a pass over the batch and the table's keys (with Spark, several jobs per table)."""
     path = layout.current_path(info["database"], info["table"])
     exists = engine.exists(path)
     out: dict = {"version": engine.version(path) if exists else None, "count": 0, "inserts": None, "deletes": None}
-    if lifecycle:
-        return out  # renamed, truncated or dropped in the batch: the count reconciliation is not evaluated
+    if lifecycle or not counts:
+        return out  # renamed, truncated or dropped in the batch (or gates off): the count reconciliation is not run
     if any(isinstance(data, StagedSegment) for _v, _tm, data in plan):
         # Staged rows: the engine computes the figures where the rows are (delta-spark: joins and aggregates).
         figures = engine.net_change_figures(path, [data for _v, _tm, data in plan])

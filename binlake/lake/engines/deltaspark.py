@@ -353,10 +353,14 @@ class DeltaSparkEngine:
     # -- writes -----------------------------------------------------------------------------------------------
 
     def create_empty(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        if not self.exists(path):
-            self._create(path, from_arrow_schema(schema, prefer_timestamp_ntz=True), partition_by)
+        """An empty table: one metadata-only commit (protocol, schema, partition columns), written with delta-rs
+        (the log reader): the same commit as Spark's empty-DataFrame write without its Spark jobs, which cost seconds
+        of CPU per table in local mode. Spark reads and writes it as its own (timestamp without zone columns get
+        the timestampNtz table feature either way)."""
+        if self.exists(path):
+            return
+        check_column_names(schema, f"create {path}")
+        self._log.create_empty(path, schema, partition_by)
 
     def _create(self, path: str, spark_schema, partition_by: list[str] | None = None) -> None:
         """The empty version 0 (no txn) binlake writes before a table's first commit, as the delta-rs engine does:
