@@ -390,6 +390,11 @@ class TailStats:
     files: list[str] = field(default_factory=list)
 
 
+def _truncated_at_end(server_message: str) -> bool:
+    """The server's copy of a file ends inside an event (what a crash mid-write leaves behind)."""
+    return "truncated in the middle of event" in server_message.lower()
+
+
 def purged_message(start: StartAt, server_message: str, first_file: str | None) -> str:
     have = f"; the server's oldest binlog is {first_file}" if first_file else ""
     return (f"the server no longer has the binlog at {start.describe()} (purged{have}; server: "
@@ -420,6 +425,7 @@ class Tail:
         self.stats = TailStats()
         self._use_gtid = True
         self._expect: tuple[str, int] | None = None
+        self._crashed: dict[tuple[str, int], str] = {}  # (file, landed end) -> the next file to go on with
 
     def _start_point(self, conn: ReplicaConnection) -> StartAt:
         facts = conn.facts
@@ -428,6 +434,10 @@ class Tail:
         if resume is not None:
             if resume.cut:
                 self.log(f"{resume.file}: removed {resume.cut} byte(s) after the last complete transaction")
+            after = self._crashed.get((resume.file, resume.pos))
+            if after is not None:
+                self._expect = (resume.file, resume.pos)
+                return StartAt(after, 4)
             gtid_ok = (facts.mariadb and self.resume_by in ("auto", "gtid") and resume.maria_state
                        and self._use_gtid and not resume.closed)
             if self.resume_by == "gtid" and not (facts.mariadb and resume.maria_state):
@@ -466,7 +476,24 @@ class Tail:
                     self.log(f"GTID resume refused ({exc.server_message.strip()}); resuming by position")
                     self._use_gtid = False
                     continue
-                first = conn.facts.files[0][0] if conn.facts and conn.facts.files else None
+                files = [name for name, _size in conn.facts.files] if conn.facts else []
+                if start is not None and start.file and _truncated_at_end(exc.server_message):
+                    later = [n for n in files if sequence_number(n) > sequence_number(start.file)]
+                    if not later:
+                        raise TailError(f"{start.file}: the server's copy ends inside an event after {start.pos} "
+                                        f"and no later binlog exists (server: {exc.server_message.strip()})"
+                                        ) from None
+                    # A crash mid-write: every whole event before the partial one was sent and landed, and what
+                    # follows the last landed transaction end was never committed (no XID or COMMIT can follow a
+                    # partial event). The server went on in a new file; so does the tail.
+                    self.landing.release()
+                    landed = self.landing.resume_point()
+                    end = landed.pos if landed is not None else start.pos
+                    self.log(f"{start.file}: the server's copy ends in a partial event (a crash mid-write); landed "
+                             f"up to {end}, the end of its last committed transaction; going on with {later[0]}")
+                    self._crashed[(start.file, end)] = later[0]
+                    continue
+                first = files[0] if files else None
                 raise TailError(purged_message(start or StartAt(), exc.server_message, first)) from None
             except _Reposition as exc:
                 self.log(str(exc))

@@ -8,18 +8,21 @@ from __future__ import annotations
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from binlake.binlog.constants import EventType
 from binlake.lake.engines import get_engine
 from binlake.lake.layout import LakeLayout
-from binlake.sources.tail import Tail
+from binlake.sources.tail import Boundaries, Tail, _checksum_len, _events
 from binlake.testing.mariadb import PrivateMariaDB, find_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,22 +128,46 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _wait_identical(db: PrivateMariaDB, landing: Path, timeout: float = 120.0) -> list[Path]:
-    """Wait until every server binlog is landed at its full size, then cmp each pair; returns the files."""
+def _wait_identical(db: PrivateMariaDB, landing: Path, timeout: float = 120.0,
+                    crashed: str | None = None) -> list[Path]:
+    """Wait until every server binlog is landed at its full size, then cmp each pair; returns the files. The file
+    a server crash left behind (`crashed`) is checked by `_committed_prefix` instead."""
     deadline = time.monotonic() + timeout
     while True:
         files = db.binlog_files()
         sizes = [(f.stat().st_size, (landing / f.name).stat().st_size if (landing / f.name).exists() else -1)
                  for f in files]
-        if all(a == b for a, b in sizes) or time.monotonic() > deadline:
+        if all(a == b or (f.name == crashed and b > 0) for f, (a, b) in zip(files, sizes, strict=True)) \
+                or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     for f in files:
+        if f.name == crashed:
+            _committed_prefix(f, landing / f.name)
+            continue
         done = subprocess.run(["cmp", str(f), str(landing / f.name)], capture_output=True, text=True)
         assert done.returncode == 0, f"{f.name}: {done.stdout}{done.stderr}"
     extra = {p.name for p in landing.iterdir() if p.is_file()} - {f.name for f in files}
     assert not extra, f"landed files the server does not have: {extra}"
     return files
+
+
+def _committed_prefix(server_file: Path, landed_file: Path) -> None:
+    """A file the server crashed in: the landed copy is the server's up to a transaction end, and what the server
+    has beyond it is never committed: whole events with no transaction end, then maybe the partial event a kill
+    mid-write leaves (the dump cannot send it)."""
+    server_data, landed = server_file.read_bytes(), landed_file.read_bytes()
+    assert server_data[:len(landed)] == landed, f"{landed_file.name}: the landed copy differs from the server's"
+    if len(landed) == len(server_data):
+        return
+    checksum = _checksum_len(server_data)
+    track = Boundaries(in_txn=False)
+    end = len(landed)
+    for pos, etype, _flags, ev in _events(server_data, len(landed)):
+        assert not track.feed(etype, ev, checksum), (
+            f"{server_file.name}: a transaction ends at {pos + len(ev)}, after the landed end {len(landed)}")
+        end = pos + len(ev)
+    assert track.in_txn or end < len(server_data)
 
 
 def _landed_bytes(landing: Path) -> int:
@@ -395,9 +422,81 @@ def test_server_crash_during_the_tail(server, tmp_path):
             server._wait(60)
             writer.wait_commits(40)
         assert writer.error is None, writer.error
-        files = _wait_identical(server, landing)
+        files = _wait_identical(server, landing, crashed=crashed.name)
     finally:
         stop.set()
         runner.join(30)
     assert files[-1] != crashed
-    assert crashed.read_bytes()[4 + 17] & 1 == 1  # the server leaves it in use; the landed copy matches (cmp)
+    assert crashed.read_bytes()[4 + 17] & 1 == 1  # the server leaves it in use
+    assert (landing / crashed.name).read_bytes()[4 + 17] & 1 == 1  # and so does the landed copy
+
+
+def _append_crashed_write(binlog: Path) -> int:
+    """Leave what a kill mid-write leaves: the whole events of a transaction the server never committed (a copy of
+    the file's last transaction under the next GTID, without its XID), then half of its last event. Returns the
+    file's committed size."""
+    data = bytearray(binlog.read_bytes())
+    checksum = _checksum_len(bytes(data))
+    track, begin, events = Boundaries(), 4, []
+    for pos, etype, _flags, ev in _events(bytes(data)):
+        events.append((pos, etype, ev))
+        if track.feed(etype, ev, checksum):
+            last, begin = [e for e in events if e[0] >= begin], pos + len(ev)
+    committed = len(data)
+    assert begin == committed and last[0][1] == EventType.MARIA_GTID and last[-1][1] == EventType.XID
+    pos = committed
+    for i, (_p, etype, ev) in enumerate(last[:-1]):
+        ev = bytearray(ev)
+        if etype == EventType.MARIA_GTID:
+            seq = struct.unpack_from("<Q", ev, 19)[0]
+            struct.pack_into("<Q", ev, 19, seq + 1)
+        struct.pack_into("<I", ev, 13, pos + len(ev))
+        if checksum:
+            struct.pack_into("<I", ev, len(ev) - 4, zlib.crc32(bytes(ev[:-4])))
+        data += ev if i < len(last) - 2 else ev[:len(ev) // 2]  # the last one is cut in the middle
+        pos += len(ev)
+    binlog.write_bytes(bytes(data))
+    return committed
+
+
+def test_a_file_the_server_crashed_in_mid_event_is_landed_to_its_last_commit(server, tmp_path):
+    """The server killed in the middle of writing an event: its file ends in a partial event that no dump can
+    send (the server says the binlog is truncated in the middle of an event). The tail lands the file up to its
+    last committed transaction and goes on with the server's next file; nothing committed is skipped."""
+    landing = tmp_path / "landing"
+    _schema(server)
+    messages: list[str] = []
+    stop = threading.Event()
+    tail = Tail(server.uri, landing, heartbeat=0.5, stop=stop.is_set, log=messages.append)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            tail.run()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    try:
+        runner.start()
+        with Writer(server, seed=11) as writer:
+            writer.wait_commits(20)
+        assert writer.error is None, writer.error
+        _wait_identical(server, landing)
+        server.process.kill()
+        server.process.wait()
+        crashed = server.binlog_files()[-1]
+        committed = _append_crashed_write(crashed)
+        server.process = subprocess.Popen(server.args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        server._wait(60)
+        with Writer(server, seed=12) as writer:
+            writer.wait_commits(20)
+        assert writer.error is None, writer.error
+        files = _wait_identical(server, landing, crashed=crashed.name)
+    finally:
+        stop.set()
+        runner.join(30)
+    assert not errors, errors
+    assert files[-1] != crashed
+    assert (landing / crashed.name).stat().st_size == committed < crashed.stat().st_size
+    assert any("partial event" in m and crashed.name in m for m in messages), messages
