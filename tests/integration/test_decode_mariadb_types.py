@@ -95,6 +95,7 @@ def workload(mariadb_servers, tmp_path_factory):
         db = f"mtypes_{metadata.lower()}"
         rng = random.Random(f"mariadb-types-{metadata}")
         with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")  # the files hold this workload only (the servers are shared)
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
             cur.execute(f"CREATE DATABASE `{db}`")
             cur.execute("SHOW MASTER STATUS")
