@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, pairwise, repeat
 from operator import itemgetter
 from pathlib import Path
 
@@ -249,7 +249,8 @@ def _join(*parts) -> pa.Array:
 @dataclass
 class Chunk:
     """Records of one topic: keys and values (bytes-like or None), a fixed partition (None: by key) and each
-    record's order key (file sequence, position, offset in a payload, row, then k for several records of one row)."""
+    record's order key (file sequence, position, offset in a payload, row, then k for several records of one row:
+    one number for the chunk, or one per record)."""
 
     topic: str
     keys: list
@@ -259,10 +260,32 @@ class Chunk:
     pos: np.ndarray
     sub: np.ndarray
     row: np.ndarray
-    k: int = 0
+    k: int | np.ndarray = 0
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def order_keys(self) -> tuple[np.ndarray, ...]:
+        """(seq, pos, sub, row, k) per record."""
+        k = self.k if isinstance(self.k, np.ndarray) else np.full(len(self), self.k, np.int64)
+        return self.seq, self.pos, self.sub, self.row, k
+
+    def first(self) -> tuple:
+        return tuple(int(a[0]) for a in self.order_keys())
+
+    def last(self) -> tuple:
+        return tuple(int(a[-1]) for a in self.order_keys())
+
+    def increasing(self) -> bool:
+        """Whether the records' order keys strictly increase (the chunk is in binlog order by itself)."""
+        if len(self) < 2:
+            return True
+        later = np.zeros(len(self) - 1, bool)
+        same = np.ones(len(self) - 1, bool)
+        for a in self.order_keys():
+            later |= same & (a[1:] > a[:-1])
+            same &= a[1:] == a[:-1]
+        return bool(later.all())
 
 
 @dataclass
@@ -282,11 +305,15 @@ class Messages:
         chunks = [c for c in self.chunks if len(c)]
         if not chunks:
             return [], [], [], []
+        runs = _runs_in_order(chunks)
+        if runs is not None:  # the usual case: each chunk in order, none overlapping another: no sort
+            return (list(chain.from_iterable(repeat(c.topic, len(c)) for c in runs)),
+                    list(chain.from_iterable(c.keys for c in runs)),
+                    list(chain.from_iterable(c.values for c in runs)),
+                    list(chain.from_iterable(repeat(c.partition, len(c)) for c in runs)))
         sizes = [len(c) for c in chunks]
-        cat = np.concatenate
-        order = np.lexsort((cat([np.full(n, c.k, np.int64) for c, n in zip(chunks, sizes, strict=True)]),
-                            cat([c.row for c in chunks]), cat([c.sub for c in chunks]),
-                            cat([c.pos for c in chunks]), cat([c.seq for c in chunks])))
+        keys5 = [c.order_keys() for c in chunks]
+        order = np.lexsort(tuple(np.concatenate([k[i] for k in keys5]) for i in (4, 3, 2, 1, 0)))
         topics = list(chain.from_iterable([c.topic] * n for c, n in zip(chunks, sizes, strict=True)))
         keys = list(chain.from_iterable(c.keys for c in chunks))
         values = list(chain.from_iterable(c.values for c in chunks))
@@ -295,6 +322,26 @@ class Messages:
             return topics, keys, values, parts
         pick = itemgetter(*order.tolist())  # the records in order, picked in C
         return pick(topics), pick(keys), pick(values), pick(parts)
+
+
+def _runs_in_order(chunks: list[Chunk]) -> list[Chunk] | None:
+    """The chunks in binlog order when each is in order by itself and none overlaps another (their records then
+    follow chunk after chunk: the same order a sort of all records gives), else None."""
+    if not all(c.increasing() for c in chunks):
+        return None
+    runs = sorted(chunks, key=Chunk.first)
+    if any(a.last() >= b.first() for a, b in pairwise(runs)):
+        return None
+    return runs
+
+
+def _with_tombstones(chunk: Chunk) -> Chunk:
+    """A chunk of deletes with each delete's tombstone (same key, null value) right after it: one run in order."""
+    n = len(chunk)
+    return Chunk(chunk.topic, list(chain.from_iterable(zip(chunk.keys, chunk.keys, strict=True))),
+                 list(chain.from_iterable(zip(chunk.values, repeat(None, n), strict=True))), chunk.partition,
+                 np.repeat(chunk.seq, 2), np.repeat(chunk.pos, 2), np.repeat(chunk.sub, 2), np.repeat(chunk.row, 2),
+                 np.tile(np.asarray([chunk.k, chunk.k + 1], np.int64), n))
 
 
 class _ServerIds:
@@ -374,7 +421,7 @@ class Encoder:
     def _event(self, before: list | None, after: list | None, source: list, op: str, now_ms: str) -> list:
         """A change event's text per row (before/after: object parts, None for null)."""
         return _join('{"before":', *(before or ["null"]), ',"after":', *(after or ["null"]), ',"source":', *source,
-                     ',"op":"' + op + '","ts_ms":' + now_ms + ',"transaction":null}').to_pylist()
+                     ',"op":"' + op + '","ts_ms":' + now_ms + ',"transaction":null}').cast(pa.binary()).to_pylist()
 
     def _table_piece(self, out: Messages, piece: pa.Table, tm, db: str, name: str, topic: str,
                      server_ids: _ServerIds, now_ms: str) -> None:
@@ -398,15 +445,16 @@ class Encoder:
             part = piece.filter(mask) if n < piece.num_rows else piece
             frags = {c: value_parts(part.column(c)) for c in cols}
             row = _object_parts(cols, [frags[c] for c in cols])
-            keys = (_join(*_object_parts(key_cols, [frags[c] for c in key_cols])).to_pylist() if key_cols
-                    else [None] * n)
+            key_texts = _join(*_object_parts(key_cols, [frags[c] for c in key_cols])) if key_cols else None
+            keys = key_texts.cast(pa.binary()).to_pylist() if key_cols else [None] * n
             if op_name != "update":
                 values = self._event(None if letter == "c" else row, row if letter == "c" else None,
                                      self._source_parts(db, name, part, server_ids), letter, now_ms)
-                out.chunks.append(chunk(part, keys, values))
-                out.counts[(table, letter)] += n
                 if letter == "d" and self.tombstones and key_cols:
-                    out.chunks.append(chunk(part, keys, [None] * n, 1))
+                    out.chunks.append(_with_tombstones(chunk(part, keys, values)))  # each delete, then its tombstone
+                else:
+                    out.chunks.append(chunk(part, keys, values))
+                out.counts[(table, letter)] += n
                 continue
             befores = part.column("_before").combine_chunks()
             bfrags = {c: value_parts(befores.field(c)) for c in cols}
@@ -414,7 +462,7 @@ class Encoder:
             moved = np.zeros(n, bool)
             if key_cols:
                 old = _join(*_object_parts(key_cols, [bfrags[c] for c in key_cols]))
-                moved = pc.fill_null(pc.and_(has_before, pc.not_equal(old, pa.array(keys, pa.string()))),
+                moved = pc.fill_null(pc.and_(has_before, pc.not_equal(old, key_texts)),
                                      False).to_numpy(zero_copy_only=False)
             stay = ~moved
             if stay.any():
@@ -427,7 +475,7 @@ class Encoder:
                 src = self._source_parts(db, name, sub_part, server_ids)
                 after = _object_parts(cols, [_take(frags[c], "take", idx) for c in cols])
                 before = _object_parts(cols, [_take(bfrags[c], "take", idx) for c in cols])
-                old_keys = old.take(idx).to_pylist()
+                old_keys = old.take(idx).cast(pa.binary()).to_pylist()
                 new_keys = [keys[i] for i in idx.to_pylist()]
                 m = len(new_keys)
                 out.chunks.append(chunk(sub_part, old_keys, self._event(before, None, src, "d", now_ms), 0))
@@ -512,6 +560,10 @@ class Encoder:
             out.chunks.append(Chunk(topic, [None], [value], p, _one(seq), _one(pos), _one(0), _one(-1), 1 + p))
         out.table_topics.setdefault(topic, f"{db}.{name}")
         out.counts[(f"{db}.{name}", "t")] += 1
+
+
+def _text(data: bytes | str) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
 def _compact(value) -> str:
@@ -840,7 +892,7 @@ class KafkaPublisher:
             except BufferError:  # the local queue is full: let librdkafka send some
                 self.producer.poll(0.05)
             except KafkaException as exc:  # refused before sending (e.g. larger than message.max.bytes)
-                raise PublishError(f"Kafka topic {topic} key {key[:200] if key else 'null'}: {_kafka_text(exc)}; "
+                raise PublishError(f"Kafka topic {topic} key {_text(key)[:200] if key else 'null'}: {_kafka_text(exc)}; "
                                    f"the batch from {batch} was not published") from None
 
     def _finish(self, end: dict) -> None:
