@@ -5,7 +5,9 @@ A private single-node KRaft broker (binlake/testing/kafka.py, on this machine: i
 commit returned (every record acknowledged by the broker), beside decode-only in the same run (goal: within 2x).
 Each publish runs in a fresh process on a fresh topic prefix, timed after its one-off imports (reported apart, as
 benchmarks/ingest.py does), with the split between decoding, encoding and producing (wall and CPU seconds; CPU of
-the publishing process, librdkafka's threads included, the broker's not). Decode-only and publish runs alternate;
+the publishing process, librdkafka's threads included, the broker's not). The broker's own CPU seconds over each
+publish run are reported apart (`broker_cpu_seconds`, from /proc), as is the publishing child's whole CPU (imports
+and the second, empty run included: `publish_process_cpu_seconds`). Decode-only and publish runs alternate;
 each ratio is a publish over the decode-only run just before it, and the medians are reported, with the load
 average (os.getloadavg) at the start and the end. Usage:
 
