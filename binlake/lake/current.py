@@ -27,7 +27,7 @@ from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
 from .history import META_NAMES
-from .staging import StagedSegment, read_piece, staged_segments
+from .staging import StagedSegment, read_piece_keys, staged_segments
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
 COLLAPSE_BYTES = 64 << 20  # reduced pieces held before they are reduced together (staged_merge_input)
@@ -142,40 +142,70 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
     """A staged batch entry's merge segments (version, TableMap, merge input), its rows read one piece at a time:
     each piece is reduced to one row per key (merge_input), then the pieces' rows to the newest per key (a key's
     changes in different pieces come from different events, so their `_seq` differ). Memory holds one piece and
-    the net changes, never the whole history."""
+    the net changes, never the whole history. Of `_before` only the key columns are read (merge_input looks at
+    nothing else of it)."""
     out = []
     for version, tm, seg in staged_segments(stage, info, versions, merge_schema):
         keys = key_names(tm)
-        columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op", "_before"]  # merge_input's
-        parts, held = [], 0
+        columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op"]  # what merge_input reads
+        newest = NewestPerKey(keys)
         for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
-            rows = read_piece(stage, piece, seg.lo, seg.hi, columns)
+            rows = read_piece_keys(stage, piece, seg.lo, seg.hi, columns, keys)
             if rows.num_rows:
-                parts.append(merge_input(rows, tm))
-                held += parts[-1].nbytes
+                newest.add(merge_input(rows, tm))
             del rows
-            if len(parts) > 1 and held > COLLAPSE_BYTES:  # keys changed again in later pieces: reduce as we go
-                parts = [_newest_per_key(parts, keys)]
-                held = parts[0].nbytes
             pa.default_memory_pool().release_unused()  # each piece's intermediates back to the system
-        out.append((version, tm, _newest_per_key(parts, keys) if parts else merge_schema(tm).empty_table()))
+        out.append((version, tm, newest.result() if newest.parts else merge_schema(tm).empty_table()))
         pa.default_memory_pool().release_unused()
     return out
 
 
-def _newest_per_key(parts: list[pa.Table], keys: list[str]) -> pa.Table:
-    """Reduced pieces (one row per key each) to one row per key, the one with the largest `_seq`."""
-    data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    if len(parts) == 1:
-        return data
-    ids = data.select([*keys, SEQ]).append_column("_i", pa.array(np.arange(data.num_rows, dtype=np.int64)))
-    ids = ids.sort_by([(SEQ, "ascending")])
-    ids = ids.append_column("_r", pa.array(np.arange(ids.num_rows, dtype=np.int64)))
-    last = ids.group_by(keys, use_threads=False).aggregate([("_r", "max")])
-    if last.num_rows == data.num_rows:  # no key in two pieces: every row stays
-        return data
-    winners = np.sort(ids.column("_i").take(last.column("_r_max")).to_numpy())
-    return data.take(pa.array(winners))
+class NewestPerKey:
+    """Reduced pieces (one row per key each, in binlog order) to one row per key, the one with the largest `_seq`.
+
+    Pieces are held as they come and reduced together when they outgrow a budget: COLLAPSE_BYTES, then twice what
+    the last reduction kept (so each row is looked at a bounded number of times however many pieces come; a
+    reduction reads the key and `_seq` columns, and copies only the pieces that lost rows)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        self.parts: list[pa.Table] = []
+        self.held = 0
+        self.limit = COLLAPSE_BYTES
+
+    def add(self, part: pa.Table) -> None:
+        self.parts.append(part)
+        self.held += part.nbytes
+        if len(self.parts) > 1 and self.held > self.limit:  # keys changed again in later pieces: reduce as we go
+            self._reduce()
+            self.limit = max(COLLAPSE_BYTES, 2 * self.held)
+
+    def result(self) -> pa.Table:
+        self._reduce()
+        return pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
+
+    def _reduce(self) -> None:
+        if len(self.parts) < 2:
+            return
+        ids = pa.concat_tables([p.select([*self.keys, SEQ]) for p in self.parts])
+        n = ids.num_rows
+        ids = ids.append_column("_i", pa.array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
+        ids = ids.append_column("_r", pa.array(np.arange(n, dtype=np.int64)))
+        last = ids.group_by(self.keys, use_threads=False).aggregate([("_r", "max")])
+        if last.num_rows == n:  # no key in two pieces: every row stays
+            return
+        keep = np.zeros(n, dtype=bool)
+        keep[ids.column("_i").take(last.column("_r_max")).to_numpy()] = True
+        parts, at = [], 0
+        for p in self.parts:
+            mine = keep[at:at + p.num_rows]
+            at += p.num_rows
+            if mine.all():
+                parts.append(p)
+            elif mine.any():
+                parts.append(p.filter(pa.array(mine)))
+        self.parts = parts
+        self.held = sum(p.nbytes for p in parts)
 
 
 def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableMap, table_schema: pa.Schema,

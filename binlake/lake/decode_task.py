@@ -23,7 +23,7 @@ from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
 from .history import CommittedBatch, history_table, with_commit_ts
-from .staging import delete_piece, read_piece, write_piece
+from .staging import delete_piece, read_aside, write_aside, write_piece
 
 SEQ_FILE_SHIFT = 40  # binlake.lake.current.event_seq
 FLUSH_ROWS = 32_768  # rows held as Python values before they are converted to Arrow (open transactions too)
@@ -254,7 +254,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     def write_open(tm, piece: pa.Table) -> dict:
         """A piece of the open transaction written aside (its commit time is not known yet)."""
         spill.open_n += 1
-        return write_piece(stage, tm.qualified_name, file_seq, result.start, f"open-{spill.open_n}", piece)
+        return write_aside(stage, tm.qualified_name, file_seq, result.start, f"open-{spill.open_n}", piece)
 
     def keep(rows: RowBatch) -> bool:
         """Whether a rows event goes into history (else its table is, or is now, held back)."""
@@ -340,7 +340,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                         continue
                     if isinstance(piece, dict):  # written aside: stamped with the commit time, written again
                         aside = piece
-                        piece = with_commit_ts(read_piece(stage, aside), rec.ts)
+                        piece = with_commit_ts(read_aside(stage, aside), rec.ts)
                         delete_piece(stage, aside)
                     else:
                         spill.held -= piece.nbytes

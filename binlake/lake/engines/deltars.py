@@ -18,20 +18,32 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
-from ..staging import entry_pieces, entry_reader, local_lake, unified_schema, write_files
-from .base import ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
+from ..staging import (
+    DATE,
+    entry_pieces,
+    entry_reader,
+    link_pieces,
+    linkable,
+    local_lake,
+    unified_schema,
+    write_files,
+)
+from .base import DELETED, SEQ, ColumnChange, EngineError, HistoryEntry, check_batch, is_committed
 from .commitmeta import META_KEY, app_ids_after, commit_meta, history_entry, meta_of
-from .mergeplan import MergeSpec
+from .mergeplan import MergeSpec, current_columns, validate_merge_input
 from .schema_change import apply_changes, plan, renamed
 from .tombstones import (
+    check_merge_columns,
     copy_with_tombstones,
     merge_with_tombstones,
     replace_schema_with_tombstones,
     role_app_id,
+    settle,
     tombstone_path,
     tombstone_version_at,
 )
@@ -187,15 +199,15 @@ class DeltaRsEngine:
                       partition_by: list[str] | None = None) -> bool:
         """Append a batch entry's staged history pieces (binlake.lake.staging) in one commit, streamed: the rows
         go from the Parquet pieces to the table without being held in memory together. On a local lake whose
-        table has the pieces' schema (or none yet), the rows are written as the table's data files here, a
-        bounded part at a time (FILE_BYTES), and committed together (append_files)."""
+        table has the pieces' schema (or none yet), the pieces of one commit date are linked into the table as its
+        data files (no rows read: binlake.lake.staging.link_pieces), the rest written as data files here, a
+        bounded part at a time (FILE_BYTES), and all committed together (append_files)."""
         check_batch(app_id, batch)
         if not entry_pieces(info):
             return False
         schema = unified_schema(stage, entry_pieces(info))
         if self._files_fit(path, schema):
-            return self._append_as_files(path, _parts(entry_reader(stage, info), FILE_BYTES), schema, app_id, batch,
-                                         partition_by)
+            return self._append_as_files(path, None, schema, app_id, batch, partition_by, (stage, info))
         meta = commit_meta("append", [(app_id, batch)])
 
         return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
@@ -206,16 +218,27 @@ class DeltaRsEngine:
         """Whether rows of `schema` may be written as data files of the table at `path` (append_files)."""
         return local_lake(path) and (not self.exists(path) or self.table_schema(path) == schema)
 
-    def _append_as_files(self, path: str, tables: Iterable[pa.Table], schema: pa.Schema, app_id: str, batch: int,
-                         partition_by: list[str] | None) -> bool:
-        """Write `tables` as the table's data files and commit them in one append carrying (app_id, batch)."""
+    def _append_as_files(self, path: str, tables: Iterable[pa.Table] | None, schema: pa.Schema, app_id: str,
+                         batch: int, partition_by: list[str] | None, staged: tuple[str, dict] | None = None) -> bool:
+        """Write `tables` as the table's data files and commit them in one append carrying (app_id, batch).
+        `staged` (stage, batch entry) instead: the entry's pieces that are data files of the table as they are
+        (one commit date, the table's columns: binlake.lake.staging.linkable) are linked into it, the others
+        read and written."""
         if self.exists(path):
             dt = self._dt(path)
             if is_committed(dt.transaction_version(app_id), batch):
                 return False  # no files written for a batch already committed
             partition_by = dt.metadata().partition_columns or None  # an existing table keeps its partitioning
+        files = []
+        if staged is not None:
+            stage, info = staged
+            lo, hi = info.get("seq_from"), info.get("seq_to")
+            links = [p for p in entry_pieces(info) if partition_by == [DATE] and linkable(stage, p, lo, hi, schema)]
+            files += link_pieces(path, stage, links)
+            rest = {**info, "staged": [p for p in entry_pieces(info) if p not in links]}
+            tables = _parts(entry_reader(stage, rest, schema), FILE_BYTES) if rest["staged"] else []
         repeated = [f.name for f in schema if f.name.startswith("_") and pa.types.is_string(f.type)]
-        files = [f for part in tables for f in write_files(path, part, partition_by, repeated)]
+        files += [f for part in tables for f in write_files(path, part, partition_by, repeated)]
         return self.append_files(path, files, schema, app_id, batch, partition_by)
 
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
@@ -246,6 +269,8 @@ class DeltaRsEngine:
         bounded: every part but the last carries its own app id (role `part<i>`), the last one (app_id, batch),
         so the batch counts as merged only once every part is; a rerun skips the parts committed."""
         check_batch(app_id, batch)
+        if self._pristine(path):
+            return self._retry(lambda: self._merge_into_empty(path, data, keys, app_id, batch))
         rows = max(1, data.num_rows * MERGE_CHUNK_BYTES // max(1, data.nbytes))
         if data.num_rows <= rows:
             return self._retry(lambda: merge_with_tombstones(self, path, data, keys, app_id, batch))
@@ -259,6 +284,50 @@ class DeltaRsEngine:
             pa.default_memory_pool().release_unused()  # a part's working memory back before the next one
         last = data.slice(starts[-1])
         return self._retry(lambda: merge_with_tombstones(self, path, last, keys, app_id, batch))
+
+    def _pristine(self, path: str) -> bool:
+        """Whether a current table has no rows and no tombstones (none yet, or empty and never told of a delete):
+        then the merge rule keeps exactly the input's upserts, and deletes only become tombstones."""
+        return all(not self.exists(p) or not self._dt(p).file_uris() for p in (path, tombstone_path(path)))
+
+    def _merge_into_empty(self, path: str, data: pa.Table, keys: list[str], app_id: str, batch: int) -> bool:
+        """The merge into a pristine table (`_pristine`): its deletes written as the tombstones and its upserts as
+        the rows, each by an overwrite of the empty table (the delta-rs writer, no join, no parts) conditioned on
+        the whole table (`predicate`), so a concurrent commit that added rows or tombstones meanwhile fails it (the
+        retry then takes the general merge); the repair step as in merge_with_tombstones. Same commits, app
+        transactions and result as the general merge."""
+        data = validate_merge_input(data, keys)
+        columns = current_columns(data)
+        if self.exists(path):
+            check_merge_columns(self, path, columns)
+        else:
+            self.create_empty(path, data.select(columns).schema)
+        dt = self._dt(path)
+        if is_committed(dt.transaction_version(app_id), batch):
+            return False
+        target = self._arrow_schema(dt)
+        if not self._pristine(path) or set(data.select(columns).schema) != set(target):  # filled meanwhile, or
+            return merge_with_tombstones(self, path, data, keys, app_id, batch)       # other types: the general way
+        tpath = tombstone_path(path)
+        key_schema = pa.schema([pa.field(k, data.schema.field(k).type) for k in keys] + [pa.field(SEQ, pa.int64())])
+        deleted = data.column(DELETED)
+        deletes = data.select(key_schema.names).filter(deleted)
+        if deletes.num_rows:
+            self.create_empty(tpath, key_schema)
+            write_deltalake(self._dt(tpath), deletes, mode="overwrite", predicate="true",
+                            commit_properties=self._props(commit_meta("tombstones", [(app_id, batch)])))
+        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath))
+        before = dt.version()
+        # The upserts streamed batch by batch (no copy of the whole input held beside it).
+        upserts = pa.RecordBatchReader.from_batches(target, (
+            b.filter(pc.invert(b.column(DELETED))).select(target.names) if deletes.num_rows else b.select(target.names)
+            for b in data.to_batches(max_chunksize=1 << 16)))
+        write_deltalake(dt, upserts, mode="overwrite", predicate="true", commit_properties=self._props(meta))
+        self._ensure_commit(dt, before, meta)
+        if deletes.num_rows < data.num_rows and self.exists(tpath):
+            settle(self, path, tpath, data.select(key_schema.names).filter(pc.invert(deleted)), keys, key_schema,
+                   app_id, batch)
+        return True
 
     def reset(self, path: str, schema: pa.Schema, app_id: str, batch: int) -> None:
         write_deltalake(self._dt(path), schema.empty_table(), mode="overwrite", schema_mode="overwrite",

@@ -30,14 +30,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from functools import reduce
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from ..crashpoints import crash_point
-from ..staging import SEQ_FILE_SHIFT, StagedSegment, entry_pieces, piece_location, unified_schema
+from ..staging import DATE, SEQ_FILE_SHIFT, StagedSegment, entry_pieces, piece_location, unified_schema
 from .base import (
     DELETED,
     SEQ,
@@ -406,6 +406,8 @@ class DeltaSparkEngine:
         frames = []
         for p in pieces:
             df = self.spark.read.parquet(piece_location(stage, p))
+            if p.get("commit_date") and DATE not in df.columns:  # a piece of one commit date: not in its file
+                df = df.withColumn(DATE, F.lit(date.fromisoformat(p["commit_date"])))
             have = {f.name: f.dataType for f in df.schema.fields}
             df = df.select(*[_conform(F.col(quote(f.name)), have.get(f.name), f.dataType).alias(f.name)
                              for f in target.fields])

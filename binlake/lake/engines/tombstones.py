@@ -166,11 +166,11 @@ def merge_with_tombstones(b: MergeBackend, path: str, data: pa.Table, keys: list
 
     upserts = source.filter(pc.invert(is_delete)).select(key_schema.names)
     if upserts.num_rows and b.exists(tpath):
-        _settle(b, path, tpath, upserts, keys, key_schema, app_id, batch)
+        settle(b, path, tpath, upserts, keys, key_schema, app_id, batch)
     return True
 
 
-def _settle(b: MergeBackend, path: str, tpath: str, upserts: pa.Table, keys: list[str], key_schema: pa.Schema,
+def settle(b: MergeBackend, path: str, tpath: str, upserts: pa.Table, keys: list[str], key_schema: pa.Schema,
             app_id: str, batch: int) -> None:
     """Step 4: repair rows a newer (concurrently written) tombstone overtook; prune tombstones rows overtook."""
     tombs = _read_tombstones(b, tpath, key_schema)

@@ -1,0 +1,180 @@
+"""The ingest's cheaper paths give what the general ones give (issue 17): staged history pieces of one commit date
+linked into the history table as its data files, the merge into a table with no rows and no tombstones written
+as an overwrite conditioned on the whole table, the staged merge input reduced to the newest row per key as it
+goes, and open transactions' rows put aside as Arrow IPC. Seeded random inputs; delta-rs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from binlake.lake import staging
+from binlake.lake.current import NewestPerKey
+from binlake.lake.engines import DELETED, SEQ, tombstone_path
+from binlake.lake.engines import deltars as deltars_module
+from binlake.lake.engines.deltars import DeltaRsEngine
+from binlake.lake.engines.tombstones import merge_with_tombstones
+from binlake.lake.history import PARTITION_BY
+
+US = 1_000_000
+
+
+def history(rng: random.Random, n: int, dates: list[dt.date], version: str = "v1") -> pa.Table:
+    """History-shaped rows: typed columns, a `_before` struct, the metadata columns `_commit_date` last."""
+    ts = [dt.datetime.combine(rng.choice(dates), dt.time(rng.randrange(24), rng.randrange(60)), dt.UTC)
+          for _ in range(n)]
+    ids = [rng.randrange(10_000) for _ in range(n)]
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "name": pa.array([None if rng.random() < 0.2 else f"n{rng.randrange(99)}é" for _ in range(n)]),
+        "qty": pa.array([rng.randrange(-5, 5) for _ in range(n)], pa.int32()),
+        "_before": pa.array([None if rng.random() < 0.7 else {"id": i, "name": "b", "qty": 1} for i in ids],
+                            pa.struct([("id", pa.int64()), ("name", pa.string()), ("qty", pa.int32())])),
+        "_op": pa.array([rng.choice(("insert", "update", "delete")) for _ in range(n)]),
+        "_file_seq": pa.array([1] * n, pa.int64()),
+        "_pos": pa.array(sorted(rng.sample(range(4, 10 * n + 4), n)), pa.int64()),
+        "_commit_ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+        "_schema_version": pa.array([version] * n),
+        "_commit_date": pa.array([t.date() for t in ts], pa.date32()),
+    })
+
+
+@pytest.mark.parametrize("seed", [3, 17])
+def test_one_date_pieces_are_linked_into_history_and_read_back_whole(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    stage = str(tmp_path / "stage")
+    day = dt.date(2024, 2, 28) + dt.timedelta(days=rng.randrange(3))
+    one = history(rng, rng.randrange(50, 400), [day])
+    two = history(rng, rng.randrange(50, 400), [day, day + dt.timedelta(days=1)])
+    pieces = [staging.write_piece(stage, "db.t", 1, 4, n, rows) for n, rows in enumerate((one, two))]
+    # One commit date: the file leaves the partition column out, the manifest says it (and the file's stats).
+    assert pieces[0]["commit_date"] == day.isoformat() and "stats" in pieces[0]
+    assert "_commit_date" not in pq.read_schema(f"{stage}/{pieces[0]['path']}").names
+    assert "commit_date" not in pieces[1]  # two dates: written whole, as before
+    for piece, rows in zip(pieces, (one, two), strict=True):
+        assert staging.read_piece(stage, piece).equals(rows)
+        assert staging.piece_schema(stage, piece) == rows.schema
+        cols = ["_op", "_commit_date", "id"]
+        assert staging.read_piece(stage, piece, columns=cols).equals(rows.select(cols))
+        assert pa.Table.from_batches(list(staging.scan_piece(stage, piece, columns=cols))).equals(rows.select(cols))
+        lo = rows.column("_pos")[len(rows) // 3].as_py() + (1 << 40)
+        assert staging.read_piece(stage, piece, lo=lo).equals(rows.slice(len(rows) // 3))
+    engine, path = DeltaRsEngine(), str(tmp_path / "t__history")
+    info = {"staged": pieces}
+    assert engine.append_staged(path, stage, info, "h", 1, partition_by=PARTITION_BY) is True
+    assert engine.append_staged(path, stage, info, "h", 1, partition_by=PARTITION_BY) is False  # replay
+    expected = pa.concat_tables([one, two]).sort_by([("_pos", "ascending"), ("_commit_date", "ascending")])
+    got = engine.read(path).select(expected.column_names).sort_by([("_pos", "ascending"),
+                                                                   ("_commit_date", "ascending")])
+    assert got.equals(expected.cast(got.schema))
+    files = [p for p in Path(path).rglob("*.parquet")]
+    assert len(files) >= 2 and all("_commit_date" not in pq.read_schema(f).names for f in files)
+    linked = Path(path, f"_commit_date={day.isoformat()}")
+    assert any(f.stat().st_ino == Path(stage, pieces[0]["path"]).stat().st_ino for f in linked.glob("*.parquet"))
+
+
+def test_the_piece_kept_aside_reads_back_equal(tmp_path: Path) -> None:
+    rows = history(random.Random(5), 300, [dt.date(2023, 1, 1), dt.date(2023, 1, 2)])
+    piece = staging.write_aside(str(tmp_path), "db.t", 1, 4, "open-1", rows)
+    assert staging.read_aside(str(tmp_path), piece).equals(rows)
+    staging.delete_piece(str(tmp_path), piece)
+    assert not list(tmp_path.rglob("*.arrow"))
+
+
+def test_piece_keys_read_matches_the_whole_read(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    rows = history(rng, 500, [dt.date(2022, 5, 5)])
+    piece = staging.write_piece(str(tmp_path), "db.t", 1, 4, 0, rows)
+    lo, hi = rows.column("_pos")[100].as_py() + (1 << 40), rows.column("_pos")[400].as_py() + (1 << 40)
+    got = staging.read_piece_keys(str(tmp_path), piece, lo, hi, ["id", "name", "_file_seq", "_pos", "_op"], ["id"])
+    whole = rows.slice(100, 300)
+    assert got.select(["id", "name", "_file_seq", "_pos", "_op"]).equals(
+        whole.select(["id", "name", "_file_seq", "_pos", "_op"]))
+    assert got.column("_before").type == pa.struct([("id", pa.int64())])
+    assert got.column("_before").to_pylist() == [None if b is None else {"id": b["id"]}
+                                                 for b in whole.column("_before").to_pylist()]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_newest_per_key_keeps_the_largest_seq_in_order(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    import binlake.lake.current as current
+
+    rng = random.Random(seed)
+    monkeypatch.setattr(current, "COLLAPSE_BYTES", rng.choice((1, 200, 5000)))
+    reducer, seq, everything = NewestPerKey(["k"]), 0, []
+    for _ in range(rng.randrange(2, 12)):
+        keys = rng.sample(range(60), rng.randrange(1, 40))  # one row per key within a part
+        part = []
+        for k in keys:
+            seq += rng.randrange(1, 5)
+            part.append({"k": k, "v": f"{k}@{seq}", SEQ: seq, DELETED: rng.random() < 0.3})
+        everything += part
+        reducer.add(pa.Table.from_pylist(part))
+    newest = {}
+    for r in everything:
+        newest[r["k"]] = r
+    expected = [r for r in everything if newest[r["k"]] is r]  # binlog order, the newest row of each key
+    assert reducer.result().to_pylist() == expected
+
+
+def changes(rows: list[tuple]) -> pa.Table:
+    return pa.table({"id": pa.array([r[0] for r in rows], pa.int64()),
+                     "name": pa.array([r[1] for r in rows], pa.string()),
+                     SEQ: pa.array([r[2] for r in rows], pa.int64()),
+                     DELETED: pa.array([r[3] for r in rows], pa.bool_())})
+
+
+def table_state(engine: DeltaRsEngine, path: str) -> tuple[list, list]:
+    cur = sorted(tuple(r.values()) for r in engine.read(path).to_pylist())
+    tpath = tombstone_path(path)
+    tombs = sorted(tuple(r.values()) for r in engine.read(tpath).to_pylist()) if engine.exists(tpath) else []
+    return cur, tombs
+
+
+@pytest.mark.parametrize("seed", [4, 8, 15])
+def test_merge_into_a_pristine_table_equals_the_general_merge(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    engine = DeltaRsEngine()
+    ids = rng.sample(range(1000), rng.randrange(1, 300))
+    data = changes([(i, None if rng.random() < 0.1 else f"x{i}", rng.randrange(1, 1 << 40), rng.random() < 0.3)
+                    for i in ids])
+    fast, general = str(tmp_path / "fast"), str(tmp_path / "general")
+    assert engine.merge(fast, data, ["id"], "m", 1) is True
+    assert engine.merge(fast, data, ["id"], "m", 1) is False  # replay
+    assert merge_with_tombstones(engine, general, data, ["id"], "m", 1) is True
+    assert table_state(engine, fast) == table_state(engine, general)
+    assert engine.txn_version(fast, "m") == 1
+    # A second batch goes through the general MERGE and still agrees.
+    more = changes([(i, f"y{i}", rng.randrange(1, 1 << 41), rng.random() < 0.3) for i in rng.sample(range(1000), 50)])
+    engine.merge(fast, more, ["id"], "m", 2)
+    merge_with_tombstones(engine, general, more, ["id"], "m", 2)
+    assert table_state(engine, fast) == table_state(engine, general)
+
+
+def test_a_writer_filling_the_table_meanwhile_sends_the_merge_the_general_way(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer commits rows between the pristine check and the overwrite: the overwrite, conditioned on the
+    whole table, fails, and the retry merges by the rule (the newer change of a key wins, no duplicate)."""
+    engine, path = DeltaRsEngine(), str(tmp_path / f"t_{uuid.uuid4().hex[:8]}")
+    real, other = deltars_module.write_deltalake, []
+
+    def racing(table, data, *args, **kwargs):
+        if not other and "_binlake_tombstones" not in table.table_uri:
+            other.append(1)
+            merge_with_tombstones(engine, path, changes([(1, "theirs", 50, False), (2, "theirs", 50, False)]),
+                                  ["id"], "other", 1)
+        return real(table, data, *args, **kwargs)
+
+    monkeypatch.setattr(deltars_module, "write_deltalake", racing)
+    mine = changes([(1, "mine", 10, False), (2, "mine", 90, False), (3, "mine", 10, False), (4, None, 10, True)])
+    assert engine.merge(path, mine, ["id"], "m", 1) is True
+    assert other
+    cur, tombs = table_state(engine, path)
+    assert cur == [(1, "theirs", 50), (2, "mine", 90), (3, "mine", 10)]
+    assert tombs == [(4, 10)]
