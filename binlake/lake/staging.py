@@ -97,7 +97,7 @@ def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, 
            "min_seq": seq["min"], "max_seq": seq["max"], "file_seq": file_seq, "start": start,
            "newest_commit_ts": newest.isoformat() if newest else None}
     if date is not None:
-        out.update(commit_date=date.isoformat(), stats=_stats(body))
+        out.update(commit_date=date.isoformat(), date_at=rows.column_names.index(DATE), stats=_stats(body))
     return out
 
 
@@ -114,13 +114,16 @@ def _one_date(rows: pa.Table) -> dt.date | None:
 
 def _dated(data: pa.Table | pa.RecordBatch, piece: dict, columns: list[str] | None = None):
     """A piece's rows with their `_commit_date` (a piece of one commit date has it in its manifest, not its file),
-    as the last column or where `columns` put it."""
+    where the piece's rows had it or where `columns` put it."""
     date = piece.get("commit_date")
     if date is None or DATE in data.schema.names or (columns is not None and DATE not in columns):
         return data
     days = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
     value = pa.array(np.full(data.num_rows, days, np.int32)).cast(pa.date32())
-    cols, names = [*data.columns, value], [*data.schema.names, DATE]
+    at = len(data.schema.names) if columns is not None else min(piece.get("date_at", 1 << 30), data.num_columns)
+    cols, names = list(data.columns), list(data.schema.names)
+    cols.insert(at, value)
+    names.insert(at, DATE)
     out = pa.Table.from_arrays(cols, names=names) if isinstance(data, pa.Table) else \
         pa.RecordBatch.from_arrays(cols, names=names)
     return out.select(columns) if columns is not None else out
@@ -233,7 +236,7 @@ def piece_schema(stage: str, piece: dict) -> pa.Schema:
     fs, root = _fs(stage)
     schema = pq.read_schema(f"{root.rstrip('/')}/{piece['path']}", filesystem=fs)
     if piece.get("commit_date") and DATE not in schema.names:
-        schema = schema.append(pa.field(DATE, pa.date32()))
+        schema = schema.insert(min(piece.get("date_at", 1 << 30), len(schema)), pa.field(DATE, pa.date32()))
     return schema
 
 

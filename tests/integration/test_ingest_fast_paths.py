@@ -57,6 +57,9 @@ def test_one_date_pieces_are_linked_into_history_and_read_back_whole(tmp_path: P
     assert pieces[0]["commit_date"] == day.isoformat() and "stats" in pieces[0]
     assert "_commit_date" not in pq.read_schema(f"{stage}/{pieces[0]['path']}").names
     assert "commit_date" not in pieces[1]  # two dates: written whole, as before
+    middle = one.select([*one.column_names[:4], "_commit_date", *one.column_names[4:-1]])  # the date anywhere
+    moved = staging.write_piece(stage, "db.t", 1, 4, 9, middle)
+    assert staging.read_piece(stage, moved).equals(middle) and staging.piece_schema(stage, moved) == middle.schema
     for piece, rows in zip(pieces, (one, two), strict=True):
         assert staging.read_piece(stage, piece).equals(rows)
         assert staging.piece_schema(stage, piece) == rows.schema
