@@ -316,7 +316,8 @@ class DeltaRsEngine:
             self.create_empty(tpath, key_schema)
             write_deltalake(self._dt(tpath), deletes, mode="overwrite", predicate="true",
                             commit_properties=self._props(commit_meta("tombstones", [(app_id, batch)])))
-        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath))
+        ours = self.version(tpath)
+        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=ours)
         before = dt.version()
         # The upserts streamed batch by batch (no copy of the whole input held beside it).
         upserts = pa.RecordBatchReader.from_batches(target, (
@@ -324,7 +325,9 @@ class DeltaRsEngine:
             for b in data.to_batches(max_chunksize=1 << 16)))
         write_deltalake(dt, upserts, mode="overwrite", predicate="true", commit_properties=self._props(meta))
         self._ensure_commit(dt, before, meta)
-        if deletes.num_rows < data.num_rows and self.exists(tpath):
+        # The repair step reads tombstones another writer recorded since: none when the tombstone table is still at
+        # the version this merge left it in (its own deletes, keys other than the upserts').
+        if deletes.num_rows < data.num_rows and self.exists(tpath) and self.version(tpath) != ours:
             settle(self, path, tpath, data.select(key_schema.names).filter(pc.invert(deleted)), keys, key_schema,
                    app_id, batch)
         return True
