@@ -296,7 +296,10 @@ class DeltaRsEngine:
         the whole table (`predicate`), so a concurrent commit that added rows or tombstones meanwhile fails it (the
         retry then takes the general merge); the repair step as in merge_with_tombstones. Same commits, app
         transactions and result as the general merge."""
-        data = validate_merge_input(data, keys)
+        # Checked in parts of the general merge's size (its parts are each checked alone): bounded working memory.
+        rows = max(1, data.num_rows * MERGE_CHUNK_BYTES // max(1, data.nbytes))
+        data = pa.concat_tables([validate_merge_input(data.slice(at, rows), keys)
+                                 for at in range(0, max(1, data.num_rows), rows)])
         columns = current_columns(data)
         if self.exists(path):
             check_merge_columns(self, path, columns)
