@@ -34,11 +34,11 @@ import os
 import re
 import signal
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, pairwise, repeat
-from operator import itemgetter
+from operator import itemgetter, length_hint
 from pathlib import Path
 
 import numpy as np
@@ -300,17 +300,25 @@ class Messages:
     def __len__(self) -> int:
         return sum(len(c) for c in self.chunks)
 
+    def runs(self) -> list[Chunk] | None:
+        """The chunks in binlog order when their records need no sort (the usual case), else None."""
+        return _runs_in_order([c for c in self.chunks if len(c)])
+
     def ordered(self) -> tuple[Sequence, Sequence, Sequence, Sequence]:
         """(topics, keys, values, partitions) of every record, in binlog order."""
-        chunks = [c for c in self.chunks if len(c)]
-        if not chunks:
-            return [], [], [], []
-        runs = _runs_in_order(chunks)
-        if runs is not None:  # the usual case: each chunk in order, none overlapping another: no sort
+        runs = self.runs()
+        if runs is not None:  # each chunk in order, none overlapping another: no sort
             return (list(chain.from_iterable(repeat(c.topic, len(c)) for c in runs)),
                     list(chain.from_iterable(c.keys for c in runs)),
                     list(chain.from_iterable(c.values for c in runs)),
                     list(chain.from_iterable(repeat(c.partition, len(c)) for c in runs)))
+        return self.sorted_records()
+
+    def sorted_records(self) -> tuple[Sequence, Sequence, Sequence, Sequence]:
+        """(topics, keys, values, partitions) of every record, sorted into binlog order."""
+        chunks = [c for c in self.chunks if len(c)]
+        if not chunks:
+            return [], [], [], []
         sizes = [len(c) for c in chunks]
         keys5 = [c.order_keys() for c in chunks]
         order = np.lexsort(tuple(np.concatenate([k[i] for k in keys5]) for i in (4, 3, 2, 1, 0)))
@@ -605,6 +613,7 @@ class KafkaPublisher:
         self._delivery_error: str | None = None
         self.producer: Producer | None = None
         self._in_transaction = False
+        self._producer_topics: set[str] = set()  # topics whose metadata the producer has
         # Fault injection for the crash tests (docs/kafka.md): SIGKILL this process at the Nth step, a step being
         # each record produced and the moments just before and just after each commit.
         kill_at = os.environ.get(KILL_AT_ENV)
@@ -857,14 +866,19 @@ class KafkaPublisher:
             return
         try:
             self._ensure_topics({t: (self.opts.partitions, {}) for t in messages.table_topics})
+            self._known_to_producer({c.topic for c in messages.chunks})
             producer = self.producer
             if not self._in_transaction:
                 self._delivery_error = None
                 producer.begin_transaction()
                 self._in_transaction = True
             produce = producer.produce
-            if self._kill_at is None:
-                for topic, key, value, part in zip(*messages.ordered(), strict=True):
+            runs = messages.runs() if self._kill_at is None else None
+            if runs is not None:  # the usual case: chunk after chunk, each produced in one C loop
+                for run in runs:
+                    self._produce_run(run, batch)
+            elif self._kill_at is None:
+                for topic, key, value, part in zip(*messages.sorted_records(), strict=True):
                     try:
                         if part is None:
                             produce(topic, value, key)
@@ -879,6 +893,30 @@ class KafkaPublisher:
         except BaseException:
             self._abort()
             raise
+
+    def _known_to_producer(self, topics: set[str]) -> None:
+        """The producer's metadata for topics it has not produced to yet, fetched before their first record: it then
+        partitions every record as it is produced (no record waits unassigned for the topic's partition count)."""
+        for topic in sorted(topics - self._producer_topics):
+            try:
+                self.producer.list_topics(topic, timeout=self.opts.timeout)
+            except KafkaException as exc:
+                raise UnavailableError(f"Kafka topic {topic}: {_kafka_text(exc)}") from None
+            self._producer_topics.add(topic)
+
+    def _produce_run(self, run: Chunk, batch: str) -> None:
+        """A chunk's records in order, produced by `map` (no Python loop per record); a record the producer does not
+        take at once (a full local queue, or refused) goes through _produce_one, then the rest follow."""
+        values, keys = iter(run.values), iter(run.keys)
+        args = (repeat(run.topic), values, keys) if run.partition is None else (
+            repeat(run.topic), values, keys, repeat(run.partition))
+        while True:
+            try:
+                deque(map(self.producer.produce, *args), 0)
+                return
+            except (BufferError, KafkaException):  # the failed call took its value and key from the iterators
+                i = len(run.values) - length_hint(values) - 1
+                self._produce_one(run.topic, run.values[i], run.keys[i], run.partition, batch)
 
     def _produce_one(self, topic: str, value, key, part: int | None, batch: str) -> None:
         """One record, waiting while the local queue is full; a record the client refuses is named."""
@@ -904,7 +942,8 @@ class KafkaPublisher:
                 self._delivery_error = None
                 producer.begin_transaction()
                 self._in_transaction = True
-            producer.produce(self.offsets_topic, _compact(end), _compact({"publisher": self.opts.name}), 0)
+            self._produce_one(self.offsets_topic, _compact(end), _compact({"publisher": self.opts.name}), 0,
+                              f"{end['file']}:{end['pos']}")  # waits while the local queue is full
             producer.flush(self.opts.timeout)
             if self._delivery_error:
                 raise PublishError(self._delivery_error)

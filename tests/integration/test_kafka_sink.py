@@ -667,3 +667,24 @@ def test_a_batch_of_many_slices_is_one_transaction_published_once(kafka_broker: 
     assert offsets == len(files), "one committed transaction (offsets record) per file"
     uncommitted = read_topics(kafka_broker.bootstrap, prefix, isolation="read_uncommitted")
     assert len(uncommitted) > len(records), "the kills cut transactions short"
+
+
+
+def test_a_full_local_queue_publishes_every_change_once(kafka_broker: PrivateKafka, workload_binlogs) -> None:
+    """A producer queue of a few records (BufferError on most produce calls, each waiting for room and then going
+    on after the record it stopped at, the offsets records too): the run completes with the same per-table counts as
+    a run with the default queue, no change is published twice, and a second run has nothing to publish."""
+    source, _work = workload_binlogs
+    reference = publish_cli(kafka_broker.bootstrap, source, "k20qref", "--batch-mb", "0.05")
+    small_queue = ("--kafka-config", "queue.buffering.max.messages=7", "--kafka-config", "linger.ms=0")
+    small = publish_cli(kafka_broker.bootstrap, source, "k20qsmall", "--batch-mb", "0.05", *small_queue)
+
+    def counts(out: str) -> list[str]:
+        return [line for line in out.splitlines() if line.startswith("  k20_")]
+
+    assert counts(small.stdout) and counts(small.stdout) == counts(reference.stdout)
+    records = read_topics(kafka_broker.bootstrap, "k20qsmall")
+    assert len(records) > 7 * 20, "many more records than the queue holds"
+    assert max(change_ids(records, "k20qsmall").values()) == 1
+    assert "nothing new to publish" in publish_cli(kafka_broker.bootstrap, source, "k20qsmall", "--batch-mb", "0.05",
+                                                   *small_queue).stdout
