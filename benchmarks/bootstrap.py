@@ -17,7 +17,10 @@ configuration runs in a fresh child process:
 Usage (the machine's other load slows every run; compare figures of one run):
 
     .venv/bin/python benchmarks/bootstrap.py [--rows 1000000] [--wide-rows 250000] [--repeat 2] [--json OUT]
-        [--no-spark] [--only binlake-1core,binlake]
+        [--no-spark] [--only binlake-1core,binlake] [--stages]
+
+`--stages` adds binlake's CPU per stage per 1,000,000 rows (the SELECT read by connectorx, conversion to the lake's
+types, the history metadata, the history and current-table Parquet files) beside mariadb-dump's client CPU.
 """
 
 from __future__ import annotations
@@ -58,6 +61,49 @@ rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({{"rows": s["rows"], "chunks": s["chunks"], "commits": s["commits"], "wall": wall, "cpu": cpu,
                   "startup": startup, "peak_rss_mb": round(max(rss, children))}}))
+"""
+
+# Where the CPU goes, per stage of the in-process path, on the table's second chunk (one reader, no threads of
+# binlake's own): the SELECT read by connectorx, conversion to the lake's types, the history rows' metadata, the
+# Parquet files of the history and of the current table. CPU seconds per 1,000,000 rows, medians of `repeat`.
+STAGES = r"""
+import json, os, statistics, sys, tempfile, time, shutil
+sys.path.insert(0, {root!r})
+uri, table, chunk_rows, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+from binlake.binlog.api import sequence_number
+from binlake.lake import bootstrap as B, chunkread, staging
+from binlake.lake.convert import ConversionStats
+from binlake.lake.engines import get_engine
+from binlake.lake.layout import LakeLayout
+db, name = table.split(".")
+chunks = B.plan_chunks(uri, [(db, name)], chunk_rows)
+chunk = chunks[min(1, len(chunks) - 1)]
+reader = B.ChunkReader(uri, chunk, 1, part_rows=chunk_rows)
+sql = chunkread.chunk_sql(reader.tdef, db, name, chunk.lower, chunk.upper, True)
+lake = tempfile.mkdtemp(prefix="binlake-bench-stages-")
+plan = B.plan_tables(get_engine(), LakeLayout(lake, "default"), lake, [chunk], 1)[(db, name)]
+cpu = {{}}
+def measure(stage, fn):
+    times, out = [], None
+    for _ in range(repeat):
+        c = time.process_time()
+        out = fn()
+        times.append(time.process_time() - c)
+    cpu[stage] = statistics.median(times)
+    return out
+batches = measure("read", lambda: list(chunkread.stream_select(uri, db, sql, True, chunk_rows)))
+import pyarrow as pa
+batch = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+file, pos = chunkread.snapshot_position(batch)
+values = measure("convert", lambda: chunkread.lake_columns(batch, reader.tm, ConversionStats(), 2))
+part = measure("history_rows", lambda: chunkread.snapshot_history(values, reader.tm, file, pos, 0,
+                                                                 sequence_number(file), 1, 0))
+measure("history_parquet", lambda: staging.write_files(plan.history_path, part, B.PARTITION_BY, B.REPEATED))
+current = measure("current_rows", lambda: B._current_rows(part, reader.tm))
+measure("current_parquet", lambda: staging.write_files(plan.current_path, current))
+shutil.rmtree(lake, ignore_errors=True)
+n = batch.num_rows
+print(json.dumps({{k: round(v * 1e6 / n, 3) for k, v in cpu.items()}}))
 """
 
 DUMP = r"""
@@ -138,6 +184,16 @@ def run_binlake(mode: str, uri: str, table: str, chunk_rows: int) -> dict:
         shutil.rmtree(lake, ignore_errors=True)
 
 
+def run_stages(uri: str, table: str, chunk_rows: int, repeat: int) -> dict:
+    cmd = ["taskset", "-c", "0", sys.executable, "-c", STAGES.format(root=str(HERE.parent)), uri, table,
+           str(chunk_rows), str(max(3, repeat))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise SystemExit(f"stages failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -146,6 +202,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration; medians are reported")
     parser.add_argument("--no-spark", action="store_true")
     parser.add_argument("--only", help="comma-separated binlake configurations to run (dump always runs)")
+    parser.add_argument("--stages", action="store_true", help="also give binlake's CPU per stage (per 1,000,000 "
+                        "rows, one chunk read, converted and written in turn, pinned to one core)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     from binlake.testing.mariadb import PrivateMariaDB
@@ -180,6 +238,10 @@ def main() -> int:
                 got["runs"] = len(runs[mode])
                 out[mode] = got
             out["dump_mb"] = round(mb, 1)
+            if args.stages:
+                out["binlake_cpu_per_million_rows_by_stage"] = run_stages(server.uri, table, args.chunk_rows,
+                                                                          args.repeat)
+                out["dump_cpu_per_million_rows"] = round(out["dump"]["cpu"] * 1e6 / rows, 3)
             for mode in modes[1:]:
                 out[f"{mode}_over_dump_rows_per_s"] = round(out[mode]["rows_per_s"] / out["dump"]["rows_per_s"], 2)
                 if mode != "spark-local2":
