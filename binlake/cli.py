@@ -438,7 +438,9 @@ def _ingest_once(args: argparse.Namespace) -> int:
         if bar:
             bar.close()
         if spark is not None:
-            spark.stop()
+            from .spark import stop_session
+
+            stop_session(spark)
     print_report(summary.text(), summary.rich)
     return 0
 
@@ -533,7 +535,9 @@ def _bootstrap(args, run_bootstrap, tables, progress):
         raise
     finally:
         if spark is not None:
-            spark.stop()
+            from .spark import stop_session
+
+            stop_session(spark)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ Spark SQL on `delta.`path`` tables work in it.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 from .exitcodes import ExitCode
 from .lake.bootstrap import stage_chunks
 from .lake.engines.base import EngineUnavailable
-from .lake.engines.deltaspark import spark_cause
+from .lake.engines.deltaspark import is_spark_failure, spark_cause, spark_error_text
 from .lake.ingest import run_task
 
 
@@ -185,13 +186,37 @@ def build_spark_session(app_name: str = "binlake", master: str | None = None, ex
 
 # Spark's loggers that print a failed task's stack trace (the executor's, the scheduler's): binlake reports the
 # failure itself, as one line naming the stage, file and positions (SparkTaskFailed, SparkStageFailed).
-TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
+TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
+                        "org.apache.spark.util.SparkUncaughtExceptionHandler")
+
+
+def _not_py4j_resend(record: logging.LogRecord) -> bool:
+    """py4j logs a stack trace on the root logger when the JVM is gone ("Exception while sending command."):
+    binlake reports that failure itself, as one line."""
+    return not (record.getMessage() == "Exception while sending command." and "py4j" in record.pathname)
+
+
+def _quiet_jvm_gone(handle_error):
+    """pyspark's accumulator server prints a stack trace when the JVM's connection to it ends (EOFError): the JVM
+    is gone, which binlake reports itself; other errors are printed as before."""
+    def handle(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            handle_error(request, client_address)
+
+    return handle
 
 
 def _quiet_task_failures(session) -> None:
     """Silence TASK_FAILURE_LOGGERS in this JVM, unless BINLAKE_DEBUG asks for everything."""
     if os.environ.get("BINLAKE_DEBUG", "") not in ("", "0"):
         return
+    root = logging.getLogger()
+    if _not_py4j_resend not in root.filters:
+        root.addFilter(_not_py4j_resend)
+    accumulators = getattr(session.sparkContext, "_accumulatorServer", None)
+    if accumulators is not None and not getattr(accumulators, "binlake_quiet", False):
+        accumulators.handle_error = _quiet_jvm_gone(accumulators.handle_error)
+        accumulators.binlake_quiet = True
     jvm = session.sparkContext._jvm
     try:
         off = jvm.org.apache.logging.log4j.Level.OFF
@@ -199,6 +224,16 @@ def _quiet_task_failures(session) -> None:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
     except Exception:  # another logging backend: its logs stay as they are
         return
+
+
+def stop_session(spark) -> None:
+    """spark.stop(); a JVM already gone (out of memory, killed) is no second error: the run's own error, one line,
+    says what happened."""
+    try:
+        spark.stop()
+    except Exception as exc:
+        if not is_spark_failure(exc):
+            raise
 
 
 class SparkTaskFailed(RuntimeError):
@@ -234,12 +269,16 @@ def _run_guarded(task, batch, resolver, filters, stage):
 
 def _task_failure(exc: BaseException, tasks: list) -> SparkTaskFailed:
     """The one-line error for a failed Spark job of decode tasks (task i of the job is tasks[i])."""
-    text = str(exc)
+    text = spark_error_text(exc) or ""
     found = re.search(r"Task (\d+) in stage [\d.]+ failed", text)
     where = ""
     if found and int(found.group(1)) < len(tasks):
         _path, name, _seq, start, stop = tasks[int(found.group(1))]
         where = f" {name} [{start}, {'end' if stop is None else stop})"
+    elif tasks:  # the whole job failed (the JVM gone): every range it was decoding
+        (_p, first, _s, start, _e), (_p, last, _s, _b, stop) = tasks[0], tasks[-1]
+        where = f" {first} [{start}, {'end' if stop is None else stop})" if len(tasks) == 1 else \
+            f" {first} [{start}, ...) to {last} [..., {'end' if stop is None else stop})"
     cause = spark_cause(exc)
     return SparkTaskFailed(f"Spark decode stage failed at{where or ' an unknown range'}: {cause}")
 
@@ -256,7 +295,7 @@ def spark_executor(spark):
         try:
             results = rdd.map(lambda task: _run_guarded(task, *shared.value)).collect()
         except Exception as exc:
-            if not type(exc).__module__.startswith(("py4j", "pyspark")):
+            if not is_spark_failure(exc):
                 raise
             raise _task_failure(exc, tasks) from None
         finally:
@@ -293,7 +332,7 @@ def bootstrap_stager(spark, tasks: int | None = None):
             return sorted((item for items in rdd.map(task).collect() for item in items), key=lambda r: r[0])
         except Exception as exc:
             if type(exc).__name__ not in ("Py4JJavaError", "PythonException", "SparkException") and \
-                    "Job aborted" not in str(exc):
+                    "Job aborted" not in str(exc) and not is_spark_failure(exc):
                 raise
             raise _chunk_failure(exc, [g[0][1] for g in groups]) from None
         finally:
@@ -306,7 +345,7 @@ def _chunk_failure(exc: BaseException, chunks: list) -> SparkTaskFailed:
     """The one-line error for a failed Spark job of bootstrap chunks: the chunk reader's own line (it names the
     table and key range) when the task's error carries it, else the cause and the (first) chunk of the failed
     task (`chunks`: each task's first chunk)."""
-    text = str(exc)
+    text = spark_error_text(exc) or ""
     own = re.search(r"(?:ChunkReadError|BootstrapError): ([^\n]+)", text)
     if own:
         detail = own.group(1)

@@ -1,6 +1,15 @@
 """Named crash points for the crash tests: with $BINLAKE_CRASH_AT=NAME[:N[:HOW]] the process kills itself (SIGKILL,
-no cleanup) the N-th time (default first) it passes the point NAME; HOW `memory` raises MemoryError there instead
-(what running out of memory looks like to Python). Unset, a crash point costs one dict lookup.
+no cleanup) the N-th time (default first) it passes the point NAME. HOW instead:
+
+- `memory` raises MemoryError there (what running out of memory looks like to Python);
+- `jvm-memory` (a Spark driver: a process with an active SparkSession) runs a one-row Spark job whose task asks
+  the JVM for an array larger than any heap: a real java.lang.OutOfMemoryError in an executor (in local mode the
+  JVM, driver and executor in one, exits with Spark's out-of-memory code 52);
+- `pause`: the first process of all to get there ($BINLAKE_CRASH_PAUSE_FILE, created exclusively, gets its pid)
+  waits there to be killed (a test kills it, or its whole Spark worker, at that deterministic moment); any other
+  process passes on. A paused process whose parent dies exits, so nothing is left behind.
+
+Unset, a crash point costs one dict lookup.
 
 Points: `decode-task` (in a decode task, after its range is decoded and staged: under Spark it is the executor's
 Python worker that dies, counted per worker), `decoded` (decode tasks done, nothing saved), `history:<i>` counted per
@@ -14,9 +23,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 from collections import Counter
 
 CRASH_ENV = "BINLAKE_CRASH_AT"
+PAUSE_FILE_ENV = "BINLAKE_CRASH_PAUSE_FILE"
+PAUSE_SECONDS = 900  # a paused process nobody killed gives up (exit 1) after this long
 _passed: Counter = Counter()
 
 
@@ -33,4 +46,41 @@ def crash_point(name: str) -> None:
         return
     if how == "memory":
         raise MemoryError(f"crash point {name} ({CRASH_ENV}={wanted})")
+    if how == "jvm-memory":
+        _jvm_out_of_memory()
+        return
+    if how == "pause":
+        _pause()
+        return
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _jvm_out_of_memory() -> None:
+    """A Spark job whose one task allocates a long array of 2**31 - 1024 elements (16 GiB) in its executor."""
+    sql = sys.modules.get("pyspark.sql")  # only a process that already runs Spark (no import here: layers)
+    session = sql.SparkSession.getActiveSession() if sql is not None else None
+    if session is None:
+        raise RuntimeError(f"crash point {CRASH_ENV}=...:jvm-memory needs an active SparkSession in this process")
+    session.range(1).selectExpr("size(sequence(id, id + 2147482623)) AS n").collect()
+
+
+def _pause() -> None:
+    path = os.environ.get(PAUSE_FILE_ENV)
+    if not path:
+        raise RuntimeError(f"crash point {CRASH_ENV}=...:pause needs {PAUSE_FILE_ENV}")
+    mine = f"{path}.{os.getpid()}"
+    with open(mine, "w") as fh:
+        fh.write(str(os.getpid()))
+    try:
+        os.link(mine, path)  # atomic and exclusive: the file appears with the pid in it
+    except FileExistsError:
+        return  # another process paused first: this one goes on
+    finally:
+        os.unlink(mine)
+    parent = os.getppid()
+    deadline = time.monotonic() + PAUSE_SECONDS
+    while time.monotonic() < deadline:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(0.05)
+    os._exit(1)

@@ -11,11 +11,15 @@ updates, key-changing updates, deletes, spread over several binlog files), then:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +27,7 @@ import pytest
 from binlake.testing.spark_cluster import SparkClusterError, SparkStandalone, spark_home
 from tests.conftest import skip_or_fail
 
-from .test_lifecycle import fresh, lake_current, run, server_tables
+from .test_lifecycle import fresh, lake_current, new_files, run, server_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -176,3 +180,136 @@ def test_submit_without_the_delta_jars_is_one_line(tmp_path) -> None:
     assert done.returncode == 6, output[-3000:]
     assert len(errors) == 1 and "--engine delta-spark" in errors[0] and "--jars" in errors[0], errors
     assert "Traceback" not in output and not (tmp_path / "lake").exists()
+
+
+def _ancestors(pid: int) -> list[int]:
+    """pid's parent, its parent, ... (from /proc)."""
+    out = []
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.append(pid)
+    return out
+
+
+def _task_ends(events: Path) -> list[dict]:
+    """The SparkListenerTaskEnd events of an application's event log: stage, task index, executor, reason."""
+    (app,) = events.iterdir()  # one application: a file, or (rolling event logs, Spark 4) a folder of parts
+    lines = [ln for part in (sorted(app.iterdir()) if app.is_dir() else [app]) if part.name.startswith(("events", "app"))
+             for ln in part.read_text().splitlines()]
+    ends = []
+    for line in lines:
+        event = json.loads(line)
+        if event.get("Event") == "SparkListenerTaskEnd":
+            info = event["Task Info"]
+            ends.append({"stage": event["Stage ID"], "index": info["Index"], "executor": info["Executor ID"],
+                         "reason": event["Task End Reason"]["Reason"]})
+    return ends
+
+
+@pytest.mark.slow  # a cluster of its own (the kill ends a worker): about 1-2 min quiet
+def test_a_worker_killed_while_decode_tasks_run_is_survived(mariadb_full, tmp_path) -> None:
+    """A lost worker: `spark-submit spark_jobs/ingest.py --engine delta-spark` on a fresh standalone cluster (two
+    one-core workers), and while a decode task runs (it waits at crash point `decode-task` with `pause`, after
+    staging its pieces) that task's worker is killed with SIGKILL: the worker JVM, its executor JVM and the
+    executor's Python workers. Spark runs the lost task again on the other worker (spark.task.maxFailures = 2: the
+    loss counts at most once, so the retry is certain) and the run succeeds; the event log shows the task lost on
+    the killed worker's executor and done on the other; the lake equals the uninterrupted in-process lake, table by
+    table, with no history row twice (the lost attempt's staged pieces are not committed)."""
+    from binlake.lake.crashpoints import CRASH_ENV, PAUSE_FILE_ENV
+    from binlake.lake.ingest import IngestOptions
+    from binlake.quality.stages import run_ingest
+    from binlake.settings import QualityConfig
+
+    from .test_spark_engine_parity import delta_tables, table_rows
+    from .test_spark_failures import _history_duplicates
+
+    if spark_home() is None or shutil.which("java") is None:
+        pytest.skip("pyspark's spark-submit or java is not installed")
+    jars = delta_jars()
+    server = mariadb_full
+    dbs = fresh(server, "sc_lost")
+    server.flush_logs()
+    first = server.binlog_files()[-1].name
+    for group in workload(random.Random(1636)):  # several files: several decode tasks, on both workers
+        run(server, dbs[0], *group)
+        server.flush_logs()
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    for f in new_files(server, first):
+        shutil.copy(f, source / f.name)
+    assert len(list(source.iterdir())) >= 5
+    clean = tmp_path / "clean"
+    run_ingest(IngestOptions(lake=str(clean), files=sorted(str(f) for f in source.iterdir()), databases=set(dbs),
+                             quality=QualityConfig(enabled=False)))
+    assert lake_current(clean, dbs) == server_tables(server, dbs)
+
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    try:
+        cluster = SparkStandalone.start(tmp_path / "cluster", workers=2, cores=1, memory="1g", history=False,
+                                        worker_env=env)
+    except SparkClusterError as exc:
+        pytest.fail(f"the private Spark cluster did not start: {exc}", pytrace=False)
+    pause = tmp_path / "paused"
+    lake = tmp_path / "lake"
+    conf = {**cluster.submit_conf(),
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "300s",
+            "spark.executor.memory": "512m",
+            "spark.task.maxFailures": "2",
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",  # one plain JSON file
+            "spark.executorEnv.PYTHONPATH": str(ROOT),
+            f"spark.executorEnv.{CRASH_ENV}": "decode-task:1:pause",
+            f"spark.executorEnv.{PAUSE_FILE_ENV}": str(pause)}
+    cmd = [cluster.spark_submit, "--master", cluster.master_url, "--deploy-mode", "client",
+           "--jars", ",".join(jars), *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")),
+           str(ROOT / "spark_jobs" / "ingest.py"), "--source", f"local:{source}", "--lake", str(lake),
+           "--engine", "delta-spark", "--databases", ",".join(dbs), "--no-progress", "--no-gates"]
+    submit_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                  "SPARK_LOCAL_IP": "127.0.0.1", **env}
+    for key in ("SPARK_HOME", CRASH_ENV, PAUSE_FILE_ENV, "BINLAKE_DEBUG"):
+        submit_env.pop(key, None)
+    log = tmp_path / "submit.log"
+    try:
+        with open(log, "w") as out:
+            job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=submit_env, cwd=ROOT,
+                                   start_new_session=True)
+        try:
+            while not pause.exists():  # a decode task waits at the crash point (the job cannot end before)
+                assert job.poll() is None, f"the job ended ({job.returncode}) before a decode task paused:\n" \
+                                           f"{log.read_text()[-4000:]}"
+                time.sleep(0.1)
+            paused = int(pause.read_text())
+            lineage = _ancestors(paused)
+            (worker,) = [p for p in cluster.procs if p.name.startswith("worker") and p.process.pid in lineage]
+            # the worker JVM and its executor JVM (the worker's process group), the executor's Python workers
+            # (pyspark's daemon makes its own group)
+            os.killpg(worker.process.pid, signal.SIGKILL)
+            os.killpg(os.getpgid(paused), signal.SIGKILL)
+            code = job.wait(timeout=900)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+        assert code == 0, f"spark-submit exit {code}:\n{log.read_text()[-6000:]}\n{cluster.logs()}"
+        assert worker.process.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        cluster.stop()
+
+    ends = _task_ends(cluster.event_log_dir)
+    lost = [e for e in ends if e["reason"] == "ExecutorLostFailure"]
+    assert lost, ends
+    assert len({e["executor"] for e in lost}) == 1, lost  # only the killed worker's executor was lost
+    for e in lost:  # each lost task was done again, on the other executor
+        assert any(d["reason"] == "Success" and d["executor"] != e["executor"] and (d["stage"], d["index"]) ==
+                   (e["stage"], e["index"]) for d in ends), (e, ends)
+    assert lake_current(lake, dbs) == lake_current(clean, dbs)
+    want, got = delta_tables(clean), delta_tables(lake)
+    assert sorted(got) == sorted(want)
+    for name, path in sorted(want.items()):
+        if not name.startswith("_binlake/validations"):
+            own = name.startswith("_binlake")
+            assert table_rows(got[name], own) == table_rows(path, own), name
+    assert not any(_history_duplicates(lake).values())

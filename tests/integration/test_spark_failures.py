@@ -215,7 +215,10 @@ def test_executor_failures_and_missing_jars_are_one_line_nothing_committed_and_a
     starts), an executor's Python worker killed inside a decode task, and a decode task running out of memory
     (crash point `decode-task`, binlake.lake.crashpoints). Each ends with exit code 6 (unavailable) and one line on
     stderr naming the stage, a binlog file of the batch and the task's position range, no traceback; nothing is
-    committed (no table, no control row); then a plain run writes the lake an uninterrupted in-process run writes."""
+    committed (no table, no control row). Then the JVM itself runs out of memory in the merge stage (a real
+    java.lang.OutOfMemoryError: crash point `merge-tombstones` with `jvm-memory`): exit 6, one line naming the merge
+    stage, the table and the positions, the batch unpublished. Then a plain run writes the lake an uninterrupted
+    in-process run writes."""
     from binlake.exitcodes import ExitCode
     from binlake.spark import delta_jar_name, delta_jars_dir
 
@@ -271,6 +274,23 @@ def test_executor_failures_and_missing_jars_are_one_line_nothing_committed_and_a
                              lines[-1])
         assert found and found.group(1) in names and cause in found.group(4), (crash, lines[-5:])
         assert not (lake / dbs[0]).exists() and not (lake / "_binlake" / "control").exists(), crash
+
+    # A real java.lang.OutOfMemoryError in the merge stage: a Spark task asks the local JVM (driver and executor
+    # in one) for more than its heap, between a staged merge's tombstone and MERGE commits; Spark ends that JVM
+    # with its out-of-memory exit code. The line names the stage, the table and the batch's positions.
+    assert _commits(clean, "tombstones", "_tombstones"), "the workload has no tombstone merge to fail in"
+    code, lines = cli({CRASH_ENV: "merge-tombstones:1:jvm-memory"})
+    assert code == ExitCode.UNAVAILABLE, (code, lines[-20:])
+    assert not any("Traceback" in line or line.startswith("\tat ") or " ERROR " in line for line in lines), \
+        "\n".join(lines[-60:])
+    found = re.fullmatch(r"binlake: error: Spark merge stage failed for (\S+) \(changes at file seq (\d+) pos (\d+) "
+                         r"to file seq (\d+) pos (\d+)\): (.+)", lines[-1])
+    assert found and found.group(1).startswith(str(lake)), lines[-5:]
+    # the job's own failure when it reached the driver first, else the JVM's end and its exit code
+    assert found.group(6) in ("java.lang.OutOfMemoryError: Java heap space", "the Spark JVM ran out of memory "
+                              "(java.lang.OutOfMemoryError; it exited with code 52)"), lines[-1]
+    assert (int(found.group(2)), int(found.group(3))) <= (int(found.group(4)), int(found.group(5))), lines[-1]
+    assert not (lake / "_binlake" / "control").exists()  # the batch is not published
 
     code, lines = cli({})
     assert code == 0, lines[-20:]

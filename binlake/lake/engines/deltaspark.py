@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -149,17 +151,66 @@ def _conform(col, have, want):
     return col.cast(want) if have != want else col
 
 
+SPARK_OOM_EXIT = 52  # Spark's exit code for a JVM (executor, or local driver) ended by an OutOfMemoryError
+
+
+def jvm_exit_code(wait: float = 0.0) -> int | None:
+    """The exit code of the Spark JVM this process launched (local mode: driver and executors), once it has
+    exited; None while it runs, or when spark-submit launched it. `wait`: seconds to give a dying JVM to end."""
+    context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+    proc = getattr(getattr(context, "_gateway", None), "proc", None)
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=wait) if wait else proc.poll()
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def is_spark_failure(exc: BaseException) -> bool:
+    """Whether an exception from a Spark call is Spark's (a failed job, or the JVM gone: py4j's connection to it
+    reset or refused) rather than binlake's own."""
+    if type(exc).__module__.startswith(("py4j", "pyspark")):
+        return True
+    return isinstance(exc, ConnectionError) and "pyspark" in sys.modules
+
+
+def _jvm_exit_cause(code: int) -> str:
+    if code == SPARK_OOM_EXIT:
+        return f"the Spark JVM ran out of memory (java.lang.OutOfMemoryError; it exited with code {code})"
+    return f"the Spark JVM exited with code {code}"
+
+
+def spark_error_text(exc: BaseException) -> str | None:
+    """str(exc), or None when that fails because the JVM is gone (a Py4JJavaError asks the JVM for its text)."""
+    try:
+        return str(exc)
+    except Exception:
+        return None
+
+
 def spark_cause(exc: BaseException) -> str:
-    """The cause of a failed Spark job in one line: the executor's exception, an OutOfMemoryError, a lost
-    executor, else the first line of the error."""
-    text = str(exc)
+    """The cause of a failed Spark job in one line: the Spark JVM's end (out of memory, killed), the executor's
+    exception, an OutOfMemoryError, a lost executor, else the first line of the error."""
+    text = spark_error_text(exc)
+    lost = text is None or isinstance(exc, ConnectionError) or type(exc).__name__ == "Py4JNetworkError" or \
+        "because SparkContext was shut down" in text  # the JVM is ending (its shutdown stops the running jobs)
+    code = jvm_exit_code(wait=60.0 if lost else 0.0)
+    if code is not None:
+        return _jvm_exit_cause(code)
+    if lost:
+        return f"the connection to the Spark JVM was lost ({type(exc).__name__}: {' '.join((text or '').split())[:200]})"
     if "Python worker exited unexpectedly (crashed)" in text and "OutOfMemoryError" not in text:
         return "an executor's Python worker exited unexpectedly (crashed: killed, or out of memory)"
     for pattern in (r"(java\.lang\.OutOfMemoryError[^\n]*)", r"(ExecutorLostFailure[^\n]*)",
                     r"\n(\w+(?:Error|Exception|Mismatch|Missing): [^\n]*)\n", r"(SparkException: [^\n]*)"):
         m = re.search(pattern, text)
         if m:
-            return " ".join(m.group(1).split())[:400]
+            cause = " ".join(m.group(1).split())[:400]
+            if "OutOfMemoryError" not in cause and re.search(rf"(?:exit code|exited with code) {SPARK_OOM_EXIT}\b",
+                                                             cause):
+                cause += " (the executor ran out of memory: java.lang.OutOfMemoryError)"
+            return cause
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return " ".join(first.split())[:400]
 
@@ -177,7 +228,7 @@ def _stage(stage: str, path: str, pieces: list[dict]):
     except (EngineError, ValueError, TypeError, KeyError):
         raise
     except Exception as exc:
-        if not type(exc).__module__.startswith(("py4j", "pyspark")):
+        if not is_spark_failure(exc):
             raise
         seqs = [(p["min_seq"], p["max_seq"]) for p in pieces] or [(0, 0)]
         lo, hi = min(a for a, _ in seqs), max(b for _, b in seqs)
