@@ -5,7 +5,9 @@ standalone cluster on 127.0.0.1, from a local source, ending with current tables
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -213,3 +215,99 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path, standalone_clu
     assert lake == expected
     # nothing new: the next prepare finds no batch
     assert run_stage_process(cfg, "prepare", "a", "default", log=lambda _m: None)["batch"] is None
+
+
+def _merge_engines(table: Path) -> list[str]:
+    """The engine (commitInfo.engineInfo) of each MERGE commit in a Delta table's log."""
+    engines = []
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            info = json.loads(line).get("commitInfo") or {}
+            if info.get("operation") == "MERGE":
+                engines.append(str(info.get("engineInfo", "")))
+    return engines
+
+
+def test_chain_with_the_delta_spark_engine(mariadb_full, tmp_path: Path) -> None:
+    """The Airflow tasks' stages (run_stage_process, as plugins/binlake_airflow/tasks.py runs them) with
+    `engine = "delta-spark"`: prepare, merge and publish each a Spark job committing through Delta on Spark, in both
+    Spark modes on one lake - prepared in `local` mode (python -m spark_jobs.stage), merged through `spark-submit`
+    (`submit` mode, the Delta jars by --jars), published locally again. One small seeded batch, master local[1];
+    gates off, so the gate stages start no JVM (three Spark jobs in all). The merges are Spark's commits, the
+    results say which master and whether spark-submit ran them, and the current tables equal the server's."""
+    from binlake.lake.engines import get_engine
+    from binlake.lake.layout import LakeLayout
+    from binlake.spark import delta_jars
+    from tests.conftest import skip_or_fail
+
+    spark_submit = spark_home() / "bin" / "spark-submit"
+    jars = delta_jars()
+    if not jars:
+        skip_or_fail("the Delta jars are not fetched (bash scripts/dev.sh setup)")
+    server = mariadb_full
+    db = "af_delta"
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {db}")
+        cur.execute(f"CREATE DATABASE {db}")
+    server.flush_logs()
+    first = server.binlog_files()[-1].name
+    rng = random.Random(1617)
+    ids = rng.sample(range(1, 200), rng.randint(15, 30))
+    statements = [
+        "CREATE TABLE t (id INT PRIMARY KEY, v DECIMAL(8,2), s VARCHAR(20))",
+        "CREATE TABLE k (a INT, b VARCHAR(8), n INT, PRIMARY KEY (a, b))",
+        "INSERT INTO t VALUES " + ", ".join(
+            f"({i}, {rng.randint(-9999, 9999) / 100}, {'NULL' if rng.random() < 0.2 else repr(f's{i}')})"
+            for i in ids),
+        "INSERT IGNORE INTO k VALUES " + ", ".join(
+            f"({rng.randint(1, 9)}, 'b{rng.randint(0, 9)}', {rng.randint(-5, 5)})" for _ in range(20)),
+        f"UPDATE t SET v = v * 2 WHERE id % {rng.randint(2, 4)} = 0",
+        f"UPDATE k SET n = n + 1, b = CONCAT(b, 'x') WHERE a = {rng.randint(1, 9)}",  # key changes
+        f"DELETE FROM t WHERE id % {rng.randint(5, 7)} = 1", f"DELETE FROM k WHERE n < {rng.randint(-4, 0)}"]
+    with server.connect(db) as conn, conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
+        conn.commit()
+    source = tmp_path / "binlogs"
+    source.mkdir()
+    for f in server.flush_logs():
+        if f.name >= first:
+            shutil.copy(f, source / f.name)
+    configs = {}
+    for mode, extra in (("local", ""), ("submit", f'spark_submit = "{spark_submit}"\n'
+                                                  f'submit_args = ["--jars", "{",".join(jars)}"]\n')):
+        path = tmp_path / f"binlake-{mode}.toml"  # both configs name the same lake and landing area
+        path.write_text(f'lake = "lake"\nlanding = "landing"\nretries = 0\nengine = "delta-spark"\n'
+                        f'[quality]\nenabled = false\n[spark]\nmode = "{mode}"\nmaster = "local[1]"\n{extra}\n'
+                        f'[[instances]]\nname = "a"\nsource = "local:{source}"\ntables = ["{db}.*"]\n')
+        configs[mode] = load_config(path)
+    now = datetime.now(UTC)
+    run_stage_process(configs["local"], "fetch", "a", window=(now - timedelta(days=1), now + timedelta(hours=1)),
+                      log=lambda _m: None)
+    prepared = run_stage_process(configs["local"], "prepare", "a", "default", log=lambda _m: None)
+    assert prepared["batch"] == 0 and prepared["decoded_by"] == "spark", prepared
+    assert (prepared["spark"]["master"], prepared["spark"]["engine"], prepared["spark"]["submitted"]) == \
+        ("local[1]", "delta-spark", False), prepared["spark"]
+    for stage, mode in (("gate_before", "local"), ("merge", "submit"), ("gate_after", "submit"),
+                        ("publish", "local")):
+        lines: list[str] = []
+        done = run_stage_process(configs[mode], stage, "a", "default", batch=0, log=lines.append)
+        if stage.startswith("gate_"):
+            assert "spark" not in done, (stage, done)  # quality off: no Spark job for a gate
+            continue
+        assert (done["spark"]["engine"], done["spark"]["submitted"]) == ("delta-spark", mode == "submit"), \
+            (stage, done["spark"])
+        assert ("spark-submit" in lines[0] and "--jars" in lines[0]) == (mode == "submit"), lines[0]
+    assert done["changed_tables"] == [f"{db}.k", f"{db}.t"], done
+    layout = LakeLayout(configs["local"].lake)
+    for table in ("t", "k"):
+        path = Path(layout.current_path(db, table))
+        engines = _merge_engines(path)  # the merges ran on Spark (delta-rs would name itself)
+        assert engines and all(e.startswith("Apache-Spark") for e in engines), (table, engines)
+        rows = get_engine().read(str(path)).to_pylist()
+        with server.connect(db) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM {table}")
+            names = [d[0] for d in cur.description]
+            expected = sorted(tuple(r) for r in cur.fetchall())
+        assert expected, table
+        assert sorted(tuple(r[c] for c in names) for r in rows) == expected, table  # unique keys first
