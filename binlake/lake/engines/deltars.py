@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
@@ -51,6 +51,9 @@ from .tombstones import (
 T = TypeVar("T")
 FILE_BYTES = 64 << 20  # Arrow bytes per data file written from staged history (append_staged)
 MERGE_CHUNK_BYTES = 16 << 20  # merge input bytes per MERGE commit: a larger input is merged in key-disjoint parts
+# Rows per Parquet row group of a pristine table's overwrite: delta-rs' writer holds a row group's rows (default
+# 1,048,576) before it encodes them, as much again as the whole merge input for most batches.
+ROW_GROUP_ROWS = 1 << 16
 
 
 class DeltaRsEngine:
@@ -326,7 +329,8 @@ class DeltaRsEngine:
         upserts = pa.RecordBatchReader.from_batches(target, (
             b.filter(pc.invert(b.column(DELETED))).select(target.names) if deletes.num_rows else b.select(target.names)
             for b in data.to_batches(max_chunksize=1 << 16)))
-        write_deltalake(dt, upserts, mode="overwrite", predicate="true", commit_properties=self._props(meta))
+        write_deltalake(dt, upserts, mode="overwrite", predicate="true", commit_properties=self._props(meta),
+                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS))
         self._ensure_commit(dt, before, meta)
         # The repair step reads tombstones another writer recorded since: none when the tombstone table is still at
         # the version this merge left it in (its own deletes, keys other than the upserts').
