@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -31,6 +32,7 @@ CRASH_ENV = "BINLAKE_CRASH_AT"
 PAUSE_FILE_ENV = "BINLAKE_CRASH_PAUSE_FILE"
 PAUSE_SECONDS = 900  # a paused process nobody killed gives up (exit 1) after this long
 _passed: Counter = Counter()
+_lock = threading.Lock()  # commits of several tables may run at once, from threads
 
 
 def crash_point(name: str) -> None:
@@ -41,8 +43,10 @@ def crash_point(name: str) -> None:
     if point != name:
         return
     nth, _, how = rest.partition(":")
-    _passed[name] += 1
-    if _passed[name] != int(nth or 1):
+    with _lock:
+        _passed[name] += 1
+        reached = _passed[name] == int(nth or 1)
+    if not reached:
         return
     if how == "memory":
         raise MemoryError(f"crash point {name} ({CRASH_ENV}={wanted})")

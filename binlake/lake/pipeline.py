@@ -28,6 +28,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -364,19 +365,33 @@ def _tracked(opts: IngestOptions) -> Callable[[str], bool]:
 def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, pb: PendingBatch,
                     progress: Progress, histories: dict[str, pa.Table] | None = None) -> None:
     t0 = time.perf_counter()
-    for name, info in sorted(pb.tables.items()):
+
+    def append_staged(name: str, info: dict) -> None:  # appended from the staged pieces (binlake.lake.staging)
         path = layout.history_path(info["database"], info["table"], info.get("generation", 1))
         app_id = layout.app_id("history", info["database"], info["table"])
-        if "staged" in info:  # appended from the staged pieces, streamed (binlake.lake.staging)
-            skip = set(info.get("append_from") or [])
-            only = {**info, "staged": [p for p in info["staged"] if p["path"] not in skip]}
-            appended = engine.append_staged(path, store.stage(pb.batch), only, app_id, pb.batch * 1000,
-                                            partition_by=PARTITION_BY)
-            pb.committed.setdefault(name, {})["history"] = appended or pb.committed.get(name, {}).get("history",
-                                                                                                      False)
-            progress(f"{name}: {info['rows']} history rows {'appended' if appended else 'already committed'}")
-            if appended:
-                crash_point("history")
+        skip = set(info.get("append_from") or [])
+        only = {**info, "staged": [p for p in info["staged"] if p["path"] not in skip]}
+        appended = engine.append_staged(path, store.stage(pb.batch), only, app_id, pb.batch * 1000,
+                                        partition_by=PARTITION_BY)
+        pb.committed.setdefault(name, {})["history"] = appended or pb.committed.get(name, {}).get("history", False)
+        progress(f"{name}: {info['rows']} history rows {'appended' if appended else 'already committed'}")
+        if appended:
+            crash_point("history")
+
+    staged = [(name, info) for name, info in sorted(pb.tables.items()) if "staged" in info]
+    threads = min(len(staged), getattr(engine, "commit_threads", 1))
+    if threads > 1:
+        # Each table's append is its own commit (its own app id), independent of the others': an engine whose
+        # commits run as cluster jobs (delta-spark) runs several at once, from driver threads.
+        with ThreadPoolExecutor(threads, thread_name_prefix="history-append") as pool:
+            done = [pool.submit(append_staged, name, info) for name, info in staged]
+        for future in done:
+            future.result()  # the first table's error, once every other append has finished
+    else:
+        for name, info in staged:
+            append_staged(name, info)
+    for name, info in sorted(pb.tables.items()):
+        if "staged" in info:
             continue
         history = histories[name] if histories is not None else store.read_history(pb, name)
         if info.get("append_from"):  # a catch-up batch: rows of pieces whose history is already appended first

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from ..crashpoints import crash_point
-from ..staging import DATE, SEQ_FILE_SHIFT, StagedSegment, entry_pieces, piece_location, unified_schema
+from ..staging import DATE, SEQ_FILE_SHIFT, StagedSegment, entry_pieces, piece_location, piece_schema, unified_schema
 from .base import (
     DELETED,
     SEQ,
@@ -72,6 +72,7 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+MATERIALIZE_CONF = "spark.databricks.delta.merge.materializeSource"
 
 
 def available(spark: Any) -> tuple[bool, str]:
@@ -242,6 +243,9 @@ class DeltaSparkEngine:
     """DeltaEngine on delta-spark; see the module docstring for how each commit is made exactly once."""
 
     name = "delta-spark"
+    commit_threads = 4
+    """Independent commits (one per table: the history appends) a batch may run at once from driver threads: each is
+    a few small Spark jobs, mostly fixed cost (planning, Delta's log and snapshot work), which overlap."""
 
     def __init__(self, spark: Any, storage_options: dict[str, str] | None = None, max_attempts: int = 6) -> None:
         ok, reason = available(spark)
@@ -251,6 +255,7 @@ class DeltaSparkEngine:
         self.max_attempts = max_attempts
         self._log = DeltaRsEngine(storage_options)
         self._conf_lock = threading.Lock()
+        self._read_schemas: dict[tuple[str, bool], Any] = {}  # staged pieces' Arrow schema -> Spark's inferred
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -299,11 +304,11 @@ class DeltaSparkEngine:
         raise AssertionError("unreachable")
 
     @contextmanager
-    def _session_txn(self, meta: dict[str, Any]) -> Iterator[None]:
-        """Session confs that make the next DML commit carry the txn; restored afterwards."""
+    def _session_txn(self, meta: dict[str, Any], extra: dict[str, str] | None = None) -> Iterator[None]:
+        """Session confs that make the next DML commit carry the txn (and `extra` ones); restored afterwards."""
         txn = meta["txns"][0]
         wanted = {TXN_APP_ID_CONF: txn["appId"], TXN_VERSION_CONF: str(txn["version"]),
-                  USER_METADATA_CONF: json.dumps(meta)}
+                  USER_METADATA_CONF: json.dumps(meta), **(extra or {})}
         with self._conf_lock:
             conf = self.spark.conf
             saved = {k: conf.get(k, None) for k in wanted}
@@ -454,11 +459,23 @@ class DeltaSparkEngine:
         schema = schema or unified_schema(stage, pieces)
         target = from_arrow_schema(schema, prefer_timestamp_ntz=True)
         lo, hi = info.get("seq_from"), info.get("seq_to")
-        frames = []
+        # Pieces of one Parquet schema (a schema version's) are read as one scan: one plan branch, and Spark packs
+        # small files into fewer tasks.
+        groups: dict[tuple[str, str], list[str]] = {}
         for p in pieces:
-            df = self.spark.read.parquet(piece_location(stage, p))
-            if p.get("commit_date") and DATE not in df.columns:  # a piece of one commit date: not in its file
-                df = df.withColumn(DATE, F.lit(date.fromisoformat(p["commit_date"])))
+            # Pieces of one commit date leave it out of their files (binlake.lake.staging): grouped by date too.
+            date_only = p.get("commit_date") or ""
+            groups.setdefault((str(piece_schema(stage, p)), date_only), []).append(piece_location(stage, p))
+        frames = []
+        for (key, date_only), locations in groups.items():
+            # Spark infers a Parquet schema with a job; a schema it inferred before is given instead (the history
+            # append and the merge read the same pieces).
+            known = self._read_schemas.get((key, bool(date_only)))
+            df = (self.spark.read.schema(known) if known is not None else self.spark.read).parquet(*locations)
+            if known is None:
+                self._read_schemas[(key, bool(date_only))] = df.schema
+            if date_only and DATE not in df.columns:  # pieces of one commit date: not in their files
+                df = df.withColumn(DATE, F.lit(date.fromisoformat(date_only)))
             have = {f.name: f.dataType for f in df.schema.fields}
             df = df.select(*[_conform(F.col(quote(f.name)), have.get(f.name), f.dataType).alias(f.name)
                              for f in target.fields])
@@ -511,7 +528,11 @@ class DeltaSparkEngine:
                 merger = merger.whenNotMatchedInsert(condition=clause.predicate, values=assignments)
         before, token = self.version(path), uuid.uuid4().hex
         meta = {**meta, "writer": token}
-        with self._session_txn(meta):
+        # A source from driver memory (a local relation: a few control, registry or catalog rows) is deterministic
+        # and read once: Delta need not copy it first (materializeSource "auto" does, one more job). Not for
+        # DataFrame sources: Delta refuses "none" for a source with a cached part (DELTA_MERGE_SOURCE_CACHED_...).
+        local = {MATERIALIZE_CONF: "none"} if isinstance(source, pa.Table) else None
+        with self._session_txn(meta, local):
             merger.execute()
         if not check_txn or self._wrote(path, before, token):
             return True
@@ -597,45 +618,64 @@ class DeltaSparkEngine:
         return frame
 
     def _merge_staged(self, path: str, seg: StagedSegment, keys: list[str], app_id: str, batch: int) -> bool:
-        """binlake.lake.engines.tombstones' merge, its steps on DataFrames (nothing is collected but counts)."""
+        """binlake.lake.engines.tombstones' merge, its steps on DataFrames (nothing is collected but counts).
+
+        The reduced input is computed once (persisted), with its null keys and delete / upsert counts taken by one
+        aggregate. A table this call creates is empty, so its MERGE is an append of the input's upserts (current
+        table) or deletes (tombstones), the same rows in one write job instead of a join and a rewrite; and with no
+        tombstone table before this segment, its upserts (one row per key, other keys than its deletes) cannot
+        meet a tombstone, so the repair and prune step has nothing to do and is skipped."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         columns = [c for c in seg.schema.names if c != DELETED]
-        if self.exists(path):
-            check_merge_columns(self, path, columns)
-        else:
+        fresh = not self.exists(path)
+        if fresh:
             self.create_empty(path, pa.schema([seg.schema.field(c) for c in columns]))
+        else:
+            check_merge_columns(self, path, columns)
         if is_committed(self.txn_version(path, app_id), batch):
             return False
         key_schema = pa.schema([seg.schema.field(k) for k in keys] + [pa.field(SEQ, pa.int64())])
         tpath = tombstone_path(path)
-        if self.exists(tpath) and set(self.table_schema(tpath).names) != set(key_schema.names):
+        had_tombs = self.exists(tpath)
+        if had_tombs and set(self.table_schema(tpath).names) != set(key_schema.names):
             self.reset(tpath, key_schema, role_app_id(app_id, "reset"), batch)  # the key changed (see tombstones)
         data = self.merge_frame(seg)
-        nulls = data.select(*[F.sum(F.col(quote(c)).isNull().cast("long")).alias(c) for c in [*keys, SEQ]]).first()
-        bad = [c for c in [*keys, SEQ] if nulls[c]]
-        if bad:
-            raise MergeInputError(f"merge input column {bad[0]!r} has nulls")
         key_cols = [F.col(quote(k)) for k in keys]
-        if self.exists(tpath):  # 1. rows older than their key's tombstone never apply
+        if had_tombs:  # 1. rows older than their key's tombstone never apply
             tombs = self.spark.read.format("delta").load(str(tpath)).select(
                 *key_cols, F.col(quote(SEQ)).alias("__tseq"))
             data = data.join(tombs, keys, "left").where(
                 F.col("__tseq").isNull() | (F.col(quote(SEQ)) >= F.col("__tseq"))).drop("__tseq")
         source = data.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            deletes = source.where(F.col(DELETED)).select(*key_cols, F.col(quote(SEQ)))
-            if not deletes.isEmpty():  # 2. deletes remembered first
-                self.create_empty(tpath, key_schema)
-                self.run_merge(tpath, deletes, tombstone_spec(keys), app_id, batch,
-                               commit_meta("tombstones", [(app_id, batch)]), check_txn=False)
+            got = source.agg(*[F.sum(F.col(quote(c)).isNull().cast("long")).alias(f"n{i}")
+                               for i, c in enumerate([*keys, SEQ])],
+                             F.sum(F.col(DELETED).cast("long")).alias("deletes"),
+                             F.sum((~F.col(DELETED)).cast("long")).alias("upserts")).first()
+            bad = [c for i, c in enumerate([*keys, SEQ]) if got[f"n{i}"]]
+            if bad:
+                raise MergeInputError(f"merge input column {bad[0]!r} has nulls")
+            n_deletes, n_upserts = got["deletes"] or 0, got["upserts"] or 0
+            if n_deletes:  # 2. deletes remembered first
+                deletes = source.where(F.col(DELETED)).select(*key_cols, F.col(quote(SEQ)))
+                meta = commit_meta("tombstones", [(app_id, batch)])
+                if not self.exists(tpath):
+                    self.create_empty(tpath, key_schema)
+                    self._append_once(tpath, deletes, app_id, batch, meta)
+                else:
+                    self.run_merge(tpath, deletes, tombstone_spec(keys), app_id, batch, meta, check_txn=False)
                 crash_point("merge-tombstones")
             meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath))
-            if not self.run_merge(path, source, current_spec(columns, keys), app_id, batch, meta, check_txn=True):
+            if fresh:  # 3. the MERGE into the empty table this call created: its upserts appended
+                upserts = source.where(~F.col(DELETED)).select(*[F.col(quote(c)) for c in columns])
+                if not self._append_once(path, upserts, app_id, batch, meta):
+                    return False
+            elif not self.run_merge(path, source, current_spec(columns, keys), app_id, batch, meta, check_txn=True):
                 return False  # 3. the MERGE (skipped when the txn is in)
-            upserts = source.where(~F.col(DELETED)).select(*key_cols, F.col(quote(SEQ)))
-            if self.exists(tpath) and not upserts.isEmpty():  # 4. repair and prune
+            if had_tombs and n_upserts:  # 4. repair and prune
+                upserts = source.where(~F.col(DELETED)).select(*key_cols, F.col(quote(SEQ)))
                 tombs = self.spark.read.format("delta").load(str(tpath)).select(
                     *key_cols, F.col(quote(SEQ)).alias("__tseq"))
                 joined = upserts.join(tombs, keys, "inner").persist(StorageLevel.MEMORY_AND_DISK)
@@ -656,6 +696,15 @@ class DeltaSparkEngine:
             return True
         finally:
             source.unpersist()
+
+    def _append_once(self, path: str, frame, app_id: str, batch: int, meta: dict[str, Any]) -> bool:
+        """Append `frame` to `path` in one commit carrying (app_id, batch); False when the table has that txn
+        (committed before, or by a racing writer: Delta skips the write silently)."""
+        if is_committed(self.txn_version(path, app_id), batch):
+            return False
+        before, token = self.version(path), uuid.uuid4().hex
+        self._writer(frame, "append", app_id, batch, {**meta, "writer": token}).save(str(path))
+        return self._wrote(path, before, token)
 
     def net_change_figures(self, path: str, segs: list[StagedSegment]) -> dict | None:
         """The figures binlake.lake.pipeline premerge_figures computes from Arrow, here by joins and aggregates:
