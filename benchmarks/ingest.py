@@ -190,10 +190,14 @@ def spark_scale(args: argparse.Namespace) -> int:
     rounds; the medians of wall and CPU seconds (the process tree: JVM and Python workers included) are reported."""
     from benchmarks.big_binlog import cached
 
-    one, _ = cached(args.one_mb, args.cache_dir)
-    batch_first, info = cached(args.batch_mb, args.cache_dir, files=8)
-    inputs = {f"one file ({args.one_mb:g} MB)": [str(one)],
-              f"8 files ({args.batch_mb:g} MB)": [str(batch_first.parent / n) for n in info["files"]]}
+    wanted = (args.inputs or "one,batch").split(",")
+    inputs = {}
+    if "one" in wanted:
+        one, _ = cached(args.one_mb, args.cache_dir)
+        inputs[f"one file ({args.one_mb:g} MB)"] = [str(one)]
+    if "batch" in wanted:
+        batch_first, info = cached(args.batch_mb, args.cache_dir, files=8)
+        inputs[f"8 files ({args.batch_mb:g} MB)"] = [str(batch_first.parent / n) for n in info["files"]]
     modes = [m for m in ("in-process", "local[1]", "local[2]") if not args.modes or m in args.modes.split(",")]
     figures = {"cpus": os.cpu_count(), "split_mb": args.split_mb, "repeat": args.repeat,
                "spark_engine": args.spark_engine, "runs": []}
@@ -250,6 +254,7 @@ def main() -> int:
                         help="--spark: the engine committing the Spark runs (default delta-spark, as `binlake ingest "
                         "--spark`); in-process is always delta-rs")
     parser.add_argument("--modes", help="--spark: only these runs (comma-separated: in-process,local[1],local[2])")
+    parser.add_argument("--inputs", help="--spark: only these inputs (comma-separated: one,batch)")
     parser.add_argument("--repeat", type=int, default=3, help="decode-only and in-process ingest runs, "
                         "alternated; the best of each is reported (other work on the machine only slows runs down). "
                         "--spark: rounds of every run, medians reported")
