@@ -218,12 +218,13 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path, standalone_clu
 
 
 def _merge_engines(table: Path) -> list[str]:
-    """The engine (commitInfo.engineInfo) of each MERGE commit in a Delta table's log."""
+    """The engine (commitInfo.engineInfo) of each commit of the merge stage in a Delta table's log: its MERGEs, and
+    the WRITE (an append) that fills a table the batch created (delta-spark's merge into a new table)."""
     engines = []
     for entry in sorted((table / "_delta_log").glob("*.json")):
         for line in entry.read_text().splitlines():
             info = json.loads(line).get("commitInfo") or {}
-            if info.get("operation") == "MERGE":
+            if info.get("operation") in ("MERGE", "WRITE"):
                 engines.append(str(info.get("engineInfo", "")))
     return engines
 
