@@ -113,26 +113,7 @@ from binlake.lake.ingest import IngestOptions
 from binlake.quality.stages import run_ingest
 from binlake.settings import QualityConfig
 
-
-def tree_cpu():
-    # CPU seconds (user + sys, reaped children included) of this process and every descendant: the JVM and the
-    # Python workers of a local Spark master are children of this process.
-    stats = {{}}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                text = open(f"/proc/{{d}}/stat").read()
-            except OSError:
-                continue
-            f = text[text.rindex(")") + 2:].split()
-            stats[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]))
-    mine, todo = set(), [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        mine.add(pid)
-        todo.extend(p for p, (ppid, _) in stats.items() if ppid == pid and p not in mine)
-    return sum(stats[p][1] for p in mine if p in stats) / os.sysconf("SC_CLK_TCK")
-
+from benchmarks.proctree import tree_cpu
 
 mode, engine, split_mb, lake, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 kwargs = {{}}
