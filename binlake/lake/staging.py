@@ -215,16 +215,7 @@ def read_piece_keys(stage: str, piece: dict, lo: int | None, hi: int | None, col
             rows = pq.ParquetFile(f).read(columns=names)
     except (KeyError, IndexError, ValueError, pa.ArrowInvalid):  # not the expected layout: the general read
         return read_piece(stage, piece, lo, hi, [*columns, "_before"])
-    if not in_bounds_all(piece, lo, hi):
-        seq = _seqs(rows)
-        mask = None
-        if lo is not None:
-            mask = pc.greater_equal(seq, lo)
-        if hi is not None:
-            below = pc.less(seq, hi)
-            mask = below if mask is None else pc.and_(mask, below)
-        rows = rows.filter(mask)
-    return rows
+    return rows if in_bounds_all(piece, lo, hi) else rows.filter(seq_filter(lo, hi))
 
 
 def in_bounds_all(piece: dict, lo: int | None, hi: int | None) -> bool:
