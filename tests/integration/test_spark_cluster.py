@@ -224,8 +224,7 @@ def test_a_worker_killed_while_decode_tasks_run_is_survived(mariadb_full, tmp_pa
     from binlake.quality.stages import run_ingest
     from binlake.settings import QualityConfig
 
-    from .test_spark_engine_parity import delta_tables, table_rows
-    from .test_spark_failures import _history_duplicates
+    from .test_spark_failures import assert_same_tables
 
     if spark_home() is None or shutil.which("java") is None:
         pytest.skip("pyspark's spark-submit or java is not installed")
@@ -306,10 +305,4 @@ def test_a_worker_killed_while_decode_tasks_run_is_survived(mariadb_full, tmp_pa
         assert any(d["reason"] == "Success" and d["executor"] != e["executor"] and (d["stage"], d["index"]) ==
                    (e["stage"], e["index"]) for d in ends), (e, ends)
     assert lake_current(lake, dbs) == lake_current(clean, dbs)
-    want, got = delta_tables(clean), delta_tables(lake)
-    assert sorted(got) == sorted(want)
-    for name, path in sorted(want.items()):
-        if not name.startswith("_binlake/validations"):
-            own = name.startswith("_binlake")
-            assert table_rows(got[name], own) == table_rows(path, own), name
-    assert not any(_history_duplicates(lake).values())
+    assert_same_tables(lake, clean)

@@ -82,6 +82,18 @@ def _history_duplicates(lake: Path) -> dict[str, int]:
     return out
 
 
+def assert_same_tables(lake: Path, clean: Path, context: str = "") -> None:
+    """Every Delta table of `lake` equals `clean`'s (the validations tables aside: they hold run times), and no
+    history row is there twice."""
+    want, got = delta_tables(clean), delta_tables(lake)
+    assert sorted(got) == sorted(want), context
+    for name, path in sorted(want.items()):
+        if not name.startswith("_binlake/validations"):
+            own = name.startswith("_binlake")
+            assert table_rows(got[name], own) == table_rows(path, own), f"{name} {context}"
+    assert not any(_history_duplicates(lake).values()), context
+
+
 def _commits(lake: Path, action: str, where: str) -> dict[str, int]:
     """Per table whose path contains `where`, how many commits binlake recorded as `action` (tables with one)."""
     counts = {name: sum(h["action"] == action for h in get_engine().history(str(path)))
@@ -136,14 +148,7 @@ def test_spark_job_killed_at_every_stage_then_rerun_equals_uninterrupted(mariadb
     code, err = _finish(_job(source, lake, dbs, env))
     assert code == 0, f"re-run after kills at {points}: exit {code}: {err[-2000:]}"
     assert lake_current(lake, dbs) == expected, points
-    want, got = delta_tables(clean), delta_tables(lake)
-    assert sorted(got) == sorted(want), points
-    for name, path in sorted(want.items()):
-        own = name.startswith("_binlake")
-        if name.startswith("_binlake/validations"):
-            continue
-        assert table_rows(got[name], own) == table_rows(path, own), f"{name} after kills at {points}"
-    assert not any(_history_duplicates(lake).values()), points
+    assert_same_tables(lake, clean, f"after kills at {points}")
     staging = lake / "_binlake" / "staging" / "default"
     assert not staging.exists() or not any(staging.iterdir()), f"staging left after kills at {points}"
     # Each history append made once, as uninterrupted.
@@ -295,10 +300,4 @@ def test_executor_failures_and_missing_jars_are_one_line_nothing_committed_and_a
     code, lines = cli({})
     assert code == 0, lines[-20:]
     assert lake_current(lake, dbs) == lake_current(clean, dbs)
-    want, got = delta_tables(clean), delta_tables(lake)
-    assert sorted(got) == sorted(want)
-    for name, path in sorted(want.items()):
-        if not name.startswith("_binlake/validations"):
-            own = name.startswith("_binlake")
-            assert table_rows(got[name], own) == table_rows(path, own), name
-    assert not any(_history_duplicates(lake).values())
+    assert_same_tables(lake, clean)
