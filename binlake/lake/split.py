@@ -8,6 +8,7 @@ MariaDB GTID, which begin every transaction on servers since MySQL 5.6 and Maria
 from __future__ import annotations
 
 import bisect
+import os
 
 from ..binlog.constants import EventType
 from ..binlog.stream import EventStream, open_binlog
@@ -23,9 +24,18 @@ def transaction_starts(path: str, name: str, start: int) -> tuple[list[int], int
     return starts, stream.end.pos if stream.end else start
 
 
+def _plain_size(path: str) -> float:
+    """The file's size, an upper bound of its events' end; infinite for a gzip file (its events are larger)."""
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return float("inf")
+        return os.fstat(f.fileno()).st_size
+
+
 def plan_ranges(path: str, name: str, start: int, target_bytes: int) -> list[tuple[int, int | None]]:
     """[(start, stop)] covering the file from `start`; the last range is open-ended (stop None)."""
-    if target_bytes <= 0:
+    if target_bytes <= 0 or _plain_size(path) - start < 2 * target_bytes:
+        # (One piece whatever the transactions: not worth reading the file for them.)
         return [(start, None)]
     starts, end = transaction_starts(path, name, start)
     pieces = max(1, (end - start) // target_bytes)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..binlog.api import sequence_number
 from ..binlog.decoder import BinlogDecoder, DecodeOptions
-from ..binlog.records import EventRecord
 from ..binlog.tablemap import TableMap
 from .ddl import Catalog, apply_ddl, parse_create_table
 from .guard import NameDisagreement, SchemaMismatch, apply_version, check
@@ -41,12 +40,15 @@ class TableVersion:
     valid_from: Key
     source: str
     unknown: str | None = None  # why the layout is unknown (a DDL statement that could not be parsed)
+    # The id, computed once: the decoder asks for it at every TABLE_MAP (a version's table is never changed).
+    _id: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def version_id(self) -> str:
-        if self.unknown:
-            return "unknown"
-        return self.table.fingerprint() if self.table is not None else "absent"
+        if self._id is None:
+            self._id = ("unknown" if self.unknown else self.table.fingerprint() if self.table is not None
+                        else "absent")
+        return self._id
 
 
 @dataclass
@@ -115,8 +117,8 @@ def scan_ddl(files: Sequence[str | Path], keys: dict[str, int], cache: DdlScanCa
 def _scan_ddl(files: Sequence[str | Path], keys: dict[str, int]) -> list[DdlEvent]:
     decoder = BinlogDecoder(DecodeOptions(commits=True, databases=set(), allow_truncated=True))
     out = []
-    for rec in decoder.decode_files(files):
-        if isinstance(rec, EventRecord) and rec.kind == "ddl":
+    for rec in decoder.statement_records(files):
+        if rec.kind == "ddl":
             out.append(DdlEvent((keys[rec.file], rec.pos), rec.file, rec.pos, rec.info["query"], rec.info.get("database")))
     return out
 
