@@ -218,16 +218,6 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
     return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out)))
 
 
-def int24_values(raws, signed: bool) -> list[int]:
-    """MEDIUMINT fields (3 bytes little-endian) -> int."""
-    _load()
-    m = _matrix(raws, 3)
-    v = m[:, 0].astype(_I64) | m[:, 1].astype(_I64) << 8 | m[:, 2].astype(_I64) << 16
-    if signed:
-        v = np.where(v & 0x800000, v - 0x1000000, v)
-    return v.tolist()
-
-
 def time2_texts(raws, fsp: int) -> list[str] | None:
     """TIME2(fsp) fields (3 bytes + fraction) -> '[-]HH:MM:SS[.f]' (the hour takes 2 to 4 digits)."""
     _load()
