@@ -745,12 +745,6 @@ def defer_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> Columnar
     return pairs
 
 
-def pending_key(pairs: ColumnarPairs) -> tuple | None:
-    """What events must share to be converted together (None: not deferred)."""
-    p = pairs.pending
-    return None if p is None else (p[0], p[1])
-
-
 def convert_pending(group: list[ColumnarPairs]) -> None:
     """Convert deferred events of one plan and kind together, filling each one's columns.
 

@@ -19,7 +19,7 @@ from typing import BinaryIO, Protocol
 import zstandard
 
 from .coltypes import TYPES
-from .columnar import ColumnarPairs, convert_pending, pending_key
+from .columnar import ColumnarPairs, convert_pending
 from .constants import ET, HEADER_LEN, RK, ROWS_EVENTS, event_name
 from .errors import (
     BinlogError,
@@ -45,7 +45,6 @@ from .events import (
     parse_transaction_payload,
     parse_user_var,
     parse_xa_prepare,
-    parse_xid,
 )
 from .fde import FormatDescription
 from .packing import BodyError
@@ -57,6 +56,8 @@ from .values import ValueError_
 
 OPS = {RK.WRITE: OP_INSERT, RK.UPDATE: OP_UPDATE, RK.DELETE: OP_DELETE}
 HEADER = struct.Struct("<IBIIIH")
+_U64 = struct.Struct("<Q")
+_MARIA_GTID_HEAD = struct.Struct("<QI")  # sequence number, domain id (then the flags byte)
 
 SKIPPED = "skipped"
 _GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED, ET.MARIA_GTID})
@@ -341,30 +342,36 @@ class BinlogDecoder:
         groups: dict = {}
         held: list = []
         held_fields = 0
+        handle = state.handle
         try:
             for ev in stream:
+                etype = ev.type
                 if stop is not None and ev.pos >= stop:
                     result.end = StreamEnd(ev.pos, "stop position")
                     break
                 result.events += 1
-                counts[ev.type] += 1
+                counts[etype] += 1
                 per_second[ev.timestamp] += 1
                 try:
-                    for item in state.handle(ev, ev.buf, ev.body, ev.body_end, ev.type, 0, stream.fde):
+                    items = handle(ev, ev.buf, ev.body, ev.body_end, etype, 0, stream.fde)
+                    if not items:  # most events: () or []
+                        continue
+                    for item in items:
                         if type(item) is RowBatch:
                             rows = item.pairs
                             if type(rows) is ColumnarPairs and rows.pending is not None:
                                 if held_fields >= GROUP_FIELDS or len(held) >= GROUP_ITEMS:
                                     yield from _converted(groups, held)
                                     held_fields = 0
-                                key = pending_key(rows)
+                                pending = rows.pending
+                                key = (pending[0], pending[1])  # what events must share to convert together
                                 group = groups.get(key)
                                 if group is None:
                                     groups[key] = [item]
                                 else:
                                     group.append(item)
                                 held.append(item)
-                                held_fields += len(rows.pending[2])
+                                held_fields += len(pending[2])
                                 continue
                         elif held and item.kind == "commit":
                             held.append(item)
@@ -473,14 +480,16 @@ class _FileState:
             t.pos = pos
             t.first_ts = ts
 
-    def _end_txn(self, kind: str, ev: RawEvent, sub: int, **info) -> list[EventRecord]:
+    def _end_txn(self, kind: str, ev: RawEvent, sub: int, info: dict) -> list[EventRecord]:
         t = self.txn
         out = []
         if self.opts.commits or self.opts.all_events:
-            rec = self._record(kind, ev, sub, **info)
+            rec = EventRecord(kind, self.name, ev.pos, ev.timestamp, event_name(ev.type), t.pos, sub, t.gtid,
+                              ev.pos + ev.size, info)
+            # (t.tables itself: the transaction is over, and the next one gets a new _Txn.)
             rec.info["summary"] = TransactionSummary(
                 t.rows, t.bytes + (0 if self.in_payload else ev.size), t.first_ts or ev.timestamp, ev.timestamp,
-                dict(t.tables),
+                t.tables,
             )
             out.append(rec)
         self.result.last_commit_end = ev.pos + ev.size
@@ -518,28 +527,53 @@ class _FileState:
                 self._gtid_pending = ev.pos
             elif self._gtid_pending is not None:
                 self._gtid_pending = None
-            if self.stream.local_positions and (self._map_pending is not None or etype in _ORDER_CHECKED):
-                self._check_order(ev, etype, rows_info is not None)
+            if self.stream.local_positions:
+                # _check_order's two commonest cases inline (a TABLE_MAP, then its rows event): a call less for each.
+                if self._map_pending is not None:
+                    if etype != _TABLE_MAP:
+                        if rows_info is None:
+                            self._check_order(ev, etype, False)  # raises
+                        self._map_pending = None
+                elif etype == _TABLE_MAP:
+                    self._map_pending = ev.pos
+                elif etype in _ORDER_CHECKED:
+                    self._check_order(ev, etype, rows_info is not None)
         if rows_info is not None:
             return self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
         if etype == _TABLE_MAP:
-            self._start_txn(ev.pos, ev.timestamp)
+            if t.pos is None:  # (_start_txn inline)
+                t.pos = ev.pos
+                t.first_ts = ev.timestamp
             self._table_map(ev, buf, body, end, fde)
             if self.opts.all_events:
                 tm = self.tables.get(int.from_bytes(buf[body : body + 6], "little"))
                 return (self._record("table_map", ev, sub, table=tm[0].qualified_name if tm else None),)
             return ()
-        if etype == _XID:
-            x = parse_xid(buf, body, end)
-            self._start_txn(ev.pos, ev.timestamp)
-            return self._end_txn("commit", ev, sub, xid=x.xid)
+        if etype == _XID:  # (parse_xid and _start_txn inline: one per transaction)
+            if body + 8 > end:
+                raise BodyError(f"field of 8 bytes at offset {body} runs past the event end {end}")
+            if t.pos is None:
+                t.pos = ev.pos
+                t.first_ts = ev.timestamp
+            return self._end_txn("commit", ev, sub, {"xid": _U64.unpack_from(buf, body)[0]})
         if etype == _MARIA_GTID:
-            g = parse_maria_gtid(buf, body, end, ev.server_id)
-            self.txn = _Txn(pos=ev.pos, gtid=g.gtid, first_ts=ev.timestamp, bytes=ev.size,
-                            maria_standalone=g.standalone, explicit=not g.standalone)
+            if self.opts.all_events:
+                g = parse_maria_gtid(buf, body, end, ev.server_id)
+                gtid, standalone = g.gtid, g.standalone
+            else:  # parse_maria_gtid's fields inline (the group commit id is not used)
+                if body + 13 > end:
+                    raise BodyError(f"field of 13 bytes at offset {body} runs past the event end {end}")
+                seq, domain = _MARIA_GTID_HEAD.unpack_from(buf, body)
+                gtid, standalone = f"{domain}-{ev.server_id}-{seq}", bool(buf[body + 12] & 1)
+            if t.pos is None:  # the _Txn a commit left (nothing set yet): filled rather than made again
+                t.pos, t.gtid, t.first_ts, t.bytes = ev.pos, gtid, ev.timestamp, ev.size
+                t.maria_standalone, t.explicit = standalone, not standalone
+            else:
+                self.txn = _Txn(pos=ev.pos, gtid=gtid, first_ts=ev.timestamp, bytes=ev.size,
+                                maria_standalone=standalone, explicit=not standalone)
             self.tables.clear()
             if self.opts.all_events:
-                return (self._record("gtid", ev, sub, gtid=g.gtid, standalone=g.standalone),)
+                return (self._record("gtid", ev, sub, gtid=gtid, standalone=standalone),)
             return ()
         if etype in _QUERY_TYPES:
             return self._query(ev, buf, body, end, etype, sub, fde)
@@ -574,7 +608,7 @@ class _FileState:
         if etype == ET.XA_PREPARE:
             x = parse_xa_prepare(buf, body, end)
             self._start_txn(ev.pos, ev.timestamp)
-            return self._end_txn("commit", ev, sub, xa_prepare=True, one_phase=x.one_phase)
+            return self._end_txn("commit", ev, sub, {"xa_prepare": True, "one_phase": x.one_phase})
         return self._other(ev, buf, body, end, etype, sub)
 
     def _check_order(self, ev: RawEvent, etype: int, is_rows: bool) -> None:
@@ -682,7 +716,7 @@ class _FileState:
             if kind == "commit" and t.pos is None and self.check_order and self.stream.local_positions:
                 raise CorruptEvent("COMMIT ends no transaction (nothing since the last commit)", self.name, ev.pos)
             self._start_txn(ev.pos, ev.timestamp)
-            yield from self._end_txn(kind if kind != "xa" else "commit", ev, sub, query=q.query)
+            yield from self._end_txn(kind if kind != "xa" else "commit", ev, sub, {"query": q.query})
             return
         self._start_txn(ev.pos, ev.timestamp)
         if self.opts.all_events or (self.opts.commits and kind in ("ddl", "statement", "other")):
@@ -692,7 +726,7 @@ class _FileState:
             )
         if not t.explicit and kind not in ("savepoint", "xa"):
             # An autocommitted statement (DDL, or DML outside BEGIN) is a transaction on its own.
-            yield from self._end_txn("commit", ev, sub, implicit=True)
+            yield from self._end_txn("commit", ev, sub, {"implicit": True})
 
     # -- TABLE_MAP -------------------------------------------------------------------------------------
     def _table_map(self, ev: RawEvent, buf, body, end, fde) -> None:
@@ -762,7 +796,9 @@ class _FileState:
             )
         tm, dec = entry
         t = self.txn
-        self._start_txn(ev.pos, ev.timestamp)
+        if t.pos is None:  # (_start_txn inline)
+            t.pos = ev.pos
+            t.first_ts = ev.timestamp
         if dec is None:  # filtered out by --databases/--tables
             return []
         if dec is SKIPPED:  # --on-schema-mismatch skip: every skipped event is reported

@@ -75,31 +75,33 @@ class BinlogStats:
             self._open_first_ts = None
             rows = kept if self.filtered else s.rows
             last = s.last_ts
-            duration = max(0, last - first)
+            duration = last - first if last > first else 0
             self._seq += 1
             seq = -self._seq
             self.commits_per_second[last] += 1
-            if duration > self.delay_max[last]:
-                self.delay_max[last] = duration
-            self.delay_sum[last] += duration
-            # The transaction's TxnInfo is made only when it enters a top list (most do not).
+            if duration:
+                if duration > self.delay_max[last]:
+                    self.delay_max[last] = duration
+                self.delay_sum[last] += duration
+            # The transaction's TxnInfo is made only when it enters a top list (most do not). Heap entries are
+            # (key, TxnInfo); keys are unique (seq).
             t = None
+            top = self.top
             for heap, key in ((self._largest, (rows, s.bytes, seq)), (self._longest, (duration, rows, seq))):
-                if len(heap) < self.top or key > heap[0][:3]:
+                if len(heap) < top:
                     if t is None:
                         t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes,
                                     first, last)
-                    self._push(heap, (*key, t))
+                    heapq.heappush(heap, (key, t))
+                elif key > heap[0][0]:
+                    if t is None:
+                        t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes,
+                                    first, last)
+                    heapq.heapreplace(heap, (key, t))
         elif r.kind == "statement":
             self.statements += 1
         elif r.kind == "ddl":
             self.ddl += 1
-
-    def _push(self, heap: list, item: tuple) -> None:
-        if len(heap) < self.top:
-            heapq.heappush(heap, item)
-        elif item[:3] > heap[0][:3]:
-            heapq.heapreplace(heap, item)
 
     def consume(self, records: Iterable[RowChange | EventRecord]) -> BinlogStats:
         for r in records:
@@ -125,11 +127,11 @@ class BinlogStats:
 
     @property
     def largest(self) -> list[TxnInfo]:
-        return [t for *_, t in sorted(self._largest, reverse=True)]
+        return [t for _, t in sorted(self._largest, reverse=True)]
 
     @property
     def longest(self) -> list[TxnInfo]:
-        return [t for *_, t in sorted(self._longest, reverse=True)]
+        return [t for _, t in sorted(self._longest, reverse=True)]
 
     @property
     def total_rows(self) -> int:
