@@ -16,9 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from rich.progress import BarColumn, Progress, ProgressColumn, Task
-from rich.text import Text
-
 from .terminal import stderr_console, write_line
 
 UNITS = ("B", "KB", "MB", "GB", "TB")
@@ -33,15 +30,47 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-class _LineColumn(ProgressColumn):
-    """The bar's text: the same line the plain mode prints."""
+def _rich_progress(bar: ProgressBar, width: int):
+    """rich's Progress for a terminal, its text the same line the plain mode prints (rich is imported here only)."""
+    from rich.progress import BarColumn, Progress, ProgressColumn, Task
+    from rich.text import Text
 
-    def __init__(self, bar: ProgressBar) -> None:
-        super().__init__()
-        self.bar = bar
+    class _LineColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            return Text(bar.text())
 
-    def render(self, task: Task) -> Text:
-        return Text(self.bar.text())
+    # Redrawn when binlake says so (auto_refresh off), so the clock it is given decides; stdout is left alone
+    # (decoded records may be going there).
+    return Progress(BarColumn(bar_width=width), _LineColumn(), console=bar.console, get_time=bar.clock,
+                    auto_refresh=False, redirect_stdout=False)
+
+
+class _PlainTask:
+    """Off a terminal, what the bar reads of a rich Task, kept the same way (rich.progress.Progress.update): the
+    time it started, and the elapsed time at which it reached its total (cleared when the total changes)."""
+
+    def __init__(self, description: str, total: int | None, clock: Callable[[], float]) -> None:
+        self.description = description
+        self.total = total
+        self.completed = 0
+        self._clock = clock
+        self.start_time = clock()
+        self.finished_time: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return self._clock() - self.start_time
+
+    def update(self, total: int | None = None, completed: int | None = None, description: str | None = None) -> None:
+        if total is not None and total != self.total:
+            self.total = total
+            self.finished_time = None
+        if completed is not None:
+            self.completed = completed
+        if description is not None:
+            self.description = description
+        if self.total is not None and self.completed >= self.total and self.finished_time is None:
+            self.finished_time = self.elapsed
 
 
 class ProgressBar:
@@ -59,12 +88,13 @@ class ProgressBar:
         self.tty = self.console.is_terminal
         self.every = every if every is not None else (0.1 if self.tty else 10.0)
         self.clock = clock
-        # Redrawn when binlake says so (auto_refresh off), so the clock it is given decides; stdout is left alone
-        # (decoded records may be going there).
-        self._progress = Progress(BarColumn(bar_width=width), _LineColumn(self), console=self.console,
-                                  get_time=clock, auto_refresh=False, redirect_stdout=False)
-        self._task_id = self._progress.add_task(label, total=total)
-        self._task = self._progress.tasks[0]
+        if self.tty:
+            self._progress = _rich_progress(self, width)
+            self._task_id = self._progress.add_task(label, total=total)
+            self._task = self._progress.tasks[0]
+        else:  # plain lines: no rich
+            self._progress = None
+            self._task = _PlainTask(label, total, clock)
         self._last_draw = clock()
         self._drawn = False  # the live bar is on screen (TTY) or a line was printed (plain)
         self._closed = False
@@ -75,7 +105,10 @@ class ProgressBar:
 
     @label.setter
     def label(self, value: str) -> None:
-        self._progress.update(self._task_id, description=value)
+        if self._progress is None:
+            self._task.update(description=value)
+        else:
+            self._progress.update(self._task_id, description=value)
 
     @property
     def done(self) -> int:
@@ -96,9 +129,12 @@ class ProgressBar:
 
     def update(self, done: int, total: int | None = None) -> None:
         """Set the amount done (and the total, when it became known); redraws when it is time to."""
-        if total is not None:
-            self._progress.update(self._task_id, total=total)
-        self._progress.update(self._task_id, completed=done)  # rich stops the task's clock at the total
+        if self._progress is None:
+            self._task.update(total=total, completed=done)
+        else:
+            if total is not None:
+                self._progress.update(self._task_id, total=total)
+            self._progress.update(self._task_id, completed=done)  # rich stops the task's clock at the total
         now = self.clock()
         if now - self._last_draw >= self.every:
             self._last_draw = now
