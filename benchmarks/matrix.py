@@ -12,8 +12,11 @@ shapes' SQL, so a second run only times. `--quick` uses small sizes for developm
 ingest peak RSS on single transactions of 250,000 and 2,000,000 rows (12-column table, distinct values).
 
     .venv/bin/python benchmarks/matrix.py [--quick] [--shapes narrow,wide] [--dists distinct] [--sizes 1,5000]
-        [--metadata FULL,MINIMAL] [--repeat 2] [--no-ingest] [--markdown OUT] [--json OUT]
+        [--metadata FULL,MINIMAL] [--repeat 2] [--no-ingest] [--baseline CHECKOUT] [--markdown OUT] [--json OUT]
     .venv/bin/python benchmarks/matrix.py --memory [--json OUT]
+
+`--baseline` times another checkout's binlake (`git worktree add /tmp/base main`) in the same rounds: before and
+after side by side.
 """
 
 from __future__ import annotations
@@ -215,11 +218,11 @@ class Runner:
     """Runs commands pinned to one core and measures each through its own wait4 (CPU and peak RSS)."""
 
     @staticmethod
-    def run(cmd: list[str], env: dict | None = None, shell_out: str | None = None) -> dict:
+    def run(cmd: list[str], env: dict | None = None, shell_out: str | None = None, cwd: Path | None = None) -> dict:
         start = time.perf_counter()
         stdout = open(shell_out, "wb") if shell_out else subprocess.PIPE  # noqa: SIM115
         try:
-            proc = subprocess.Popen(_pinned(cmd), stdout=stdout, stderr=subprocess.PIPE, env=env)
+            proc = subprocess.Popen(_pinned(cmd), stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=cwd)
             if shell_out is None:
                 out_chunks = []
                 # Read stdout fully before waiting (the pipe could fill up otherwise).
@@ -237,30 +240,40 @@ class Runner:
                 "out": b"".join(out_chunks) if shell_out is None else b""}
 
 
-def measure_cell(d: Path, repeat: int, ingest: bool, mariadb_binlog: str) -> dict:
+def _ingest(d: Path, root: Path) -> dict:
+    lake = tempfile.mkdtemp(prefix="binlake-matrix-lake-")
+    try:
+        return Runner.run([sys.executable, "-m", "binlake.cli", "ingest", "--source", f"local:{d}", "--lake", lake,
+                           "--no-gates", "--no-progress"],
+                          dict(os.environ, PYTHONPATH=str(root), SPARK_LOCAL_IP="127.0.0.1"), cwd=root)
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+
+
+def measure_cell(d: Path, repeat: int, ingest: bool, mariadb_binlog: str, baseline: Path | None = None) -> dict:
     """Decode-only (`binlake stats`), `mariadb-binlog -vv` and (with `ingest`) `binlake ingest --no-gates` into a
     fresh lake, alternated `repeat` times; medians (ingest peak RSS: the largest). The ingest/decode CPU ratio is
-    the median of the per-round ratios (each round's runs saw about the same load)."""
+    the median of the per-round ratios (each round's runs saw about the same load). With `baseline` (another
+    checkout of binlake), its `binlake stats` and ingest run in the same rounds (the `base_` figures: before and
+    after in one window). binlake runs in its checkout's directory: `python -m` puts the working directory first
+    on sys.path, ahead of PYTHONPATH."""
     info = json.loads((d / "done.json").read_text())
     files = [str(d / f) for f in info["files"]]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     stats_cmd = [sys.executable, "-m", "binlake.cli", "stats", "--json", *files]
     ref_cmd = [mariadb_binlog, "--base64-output=decode-rows", "-vv", *files]
-    ours, theirs, ingests = [], [], []
+    ours, theirs, ingests, base_stats, base_ingests = [], [], [], [], []
     rows = None
     for _ in range(repeat):
-        r = Runner.run(stats_cmd, env)
+        r = Runner.run(stats_cmd, dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
         rows = json.loads(r["out"])["rows"]
         ours.append(r)
         theirs.append(Runner.run(ref_cmd, shell_out=os.devnull))
+        if baseline is not None:
+            base_stats.append(Runner.run(stats_cmd, dict(os.environ, PYTHONPATH=str(baseline)), cwd=baseline))
         if ingest:
-            lake = tempfile.mkdtemp(prefix="binlake-matrix-lake-")
-            try:
-                ingests.append(Runner.run([sys.executable, "-m", "binlake.cli", "ingest", "--source", f"local:{d}",
-                                           "--lake", lake, "--no-gates", "--no-progress"],
-                                          dict(env, SPARK_LOCAL_IP="127.0.0.1")))
-            finally:
-                shutil.rmtree(lake, ignore_errors=True)
+            ingests.append(_ingest(d, ROOT))
+            if baseline is not None:
+                base_ingests.append(_ingest(d, baseline))
     cell = {"rows": rows, "bytes": sum(Path(f).stat().st_size for f in files),
             "stats_wall": median(r["wall"] for r in ours), "stats_cpu": median(r["cpu"] for r in ours),
             "ref_wall": median(r["wall"] for r in theirs), "ref_cpu": median(r["cpu"] for r in theirs),
@@ -272,6 +285,14 @@ def measure_cell(d: Path, repeat: int, ingest: bool, mariadb_binlog: str) -> dic
                     ingest_rss_mb=max(r["rss_mb"] for r in ingests))
         cell.update(ingest_over_stats=cell["ingest_wall"] / cell["stats_wall"],
                     ingest_over_stats_cpu=median(i["cpu"] / o["cpu"] for i, o in zip(ingests, ours, strict=True)))
+    if base_stats:
+        cell.update(base_stats_wall=median(r["wall"] for r in base_stats),
+                    base_stats_cpu=median(r["cpu"] for r in base_stats))
+        cell["base_ratio_cpu"] = cell["base_stats_cpu"] / cell["ref_cpu"]
+    if base_ingests:
+        cell.update(base_ingest_cpu=median(r["cpu"] for r in base_ingests),
+                    base_ingest_over_stats_cpu=median(i["cpu"] / o["cpu"]
+                                                      for i, o in zip(base_ingests, base_stats, strict=True)))
     return cell
 
 
@@ -279,6 +300,9 @@ def markdown(results: list[dict]) -> str:
     head = ("| metadata | shape | values | rows/txn | row changes | MB | binlake stats s (CPU) "
             "| mariadb-binlog -vv s (CPU) | ratio wall | ratio CPU | ingest s (CPU) | ingest / stats wall | "
             "ingest / stats CPU | ingest peak RSS MB |")
+    based = any("base_stats_cpu" in c for c in results)
+    if based:
+        head += " before: stats CPU (ratio) | before: ingest / stats CPU |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     # Worst CPU ratio first: on a machine shared with other jobs wall seconds measure the load as much as the tools.
     for c in sorted(results, key=lambda c: c["ratio_cpu"], reverse=True):
@@ -288,7 +312,9 @@ def markdown(results: list[dict]) -> str:
         lines.append(f"| {c['metadata']} | {c['shape']} | {c['dist']} | {c['txn']:,} | {c['rows']:,} | "
                      f"{c['bytes'] / 1e6:.1f} | {c['stats_wall']:.2f} ({c['stats_cpu']:.2f}) | "
                      f"{c['ref_wall']:.2f} ({c['ref_cpu']:.2f}) | {c['ratio_wall']:.2f}x | {c['ratio_cpu']:.2f}x | "
-                     f"{ingest} |")
+                     f"{ingest} |" + (f" {c['base_stats_cpu']:.2f} ({c['base_ratio_cpu']:.2f}x) | "
+                                      + (f"{c['base_ingest_over_stats_cpu']:.2f}x |"
+                                         if "base_ingest_cpu" in c else "- |") if based else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -350,6 +376,8 @@ def main() -> int:
     parser.add_argument("--build-only", action="store_true", help="only write the missing cells' binlogs")
     parser.add_argument("--memory", action="store_true", help="only the 250,000/2,000,000-row ingest memory cells")
     parser.add_argument("--cpu", default="0", help="the core to pin the timed commands to (taskset -c)")
+    parser.add_argument("--baseline", help="another checkout of binlake (e.g. `git worktree add /tmp/base main`) "
+                        "timed in the same rounds: before and after side by side")
     parser.add_argument("--markdown")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -364,7 +392,9 @@ def main() -> int:
     if mariadb_binlog is None:
         raise SystemExit("mariadb-binlog not found (apt-get install -y mariadb-client)")
     # binlake as installed: bytecode compiled once (a PYTHONDONTWRITEBYTECODE shell would recompile every run).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "binlake")], check=True)
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    for root in (ROOT, baseline) if baseline else (ROOT,):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "binlake")], check=True)
     load = os.getloadavg()
     if args.memory:
         results = memory(base / "memory", mariadb_binlog)
@@ -380,13 +410,16 @@ def main() -> int:
                 continue
             for shape, dist, txn in cells:
                 cell = measure_cell(cell_dir(data, metadata, shape, dist, txn, sizes), args.repeat,
-                                    not args.no_ingest, mariadb_binlog)
+                                    not args.no_ingest, mariadb_binlog, baseline)
                 cell.update(metadata=metadata, shape=shape, dist=dist, txn=txn)
                 print(f"{metadata} {shape} {dist} {txn}: stats {cell['stats_wall']:.2f}s ref {cell['ref_wall']:.2f}s"
                       f" = {cell['ratio_wall']:.2f}x (CPU {cell['ratio_cpu']:.2f}x)"
                       + (f", ingest {cell['ingest_wall']:.2f}s {cell['ingest_over_stats']:.2f}x "
                          f"(CPU {cell['ingest_over_stats_cpu']:.2f}x) {cell['ingest_rss_mb']:.0f} MB"
-                         if "ingest_wall" in cell else ""), file=sys.stderr)
+                         if "ingest_wall" in cell else "")
+                      + (f"; before: CPU {cell['base_ratio_cpu']:.2f}x"
+                         + (f", ingest CPU {cell['base_ingest_over_stats_cpu']:.2f}x" if "base_ingest_cpu" in cell
+                            else "") if "base_stats_cpu" in cell else ""), file=sys.stderr)
                 results.append(cell)
     if args.build_only:
         return 0
