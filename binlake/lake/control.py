@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from .engines import DELETED, SEQ, DeltaEngine
+from .engines import DELETED, SEQ, DeltaEngine, bookkeeping_engine
 from .layout import LakeLayout
 
 STATUSES = ("discovered", "fetched", "decoded", "merged", "quarantined")
@@ -58,7 +58,7 @@ class FileState:
 
 class ControlTable:
     def __init__(self, engine: DeltaEngine, layout: LakeLayout) -> None:
-        self.engine = engine
+        self.engine = bookkeeping_engine(engine)
         self.layout = layout
         self.path = layout.control_path
 

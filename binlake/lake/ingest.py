@@ -24,7 +24,7 @@ from ..schema.model import TableDef
 from .control import FileState
 from .crashpoints import crash_point
 from .decode_task import RangeResult, decode_range, in_process
-from .engines import DELETED, SEQ, DeltaEngine
+from .engines import DELETED, SEQ, DeltaEngine, bookkeeping_engine
 from .holds import held_line
 from .layout import LakeLayout
 
@@ -199,6 +199,7 @@ class TableRegistry:
     """`_binlake/tables`: the schema version each current table mirrors (to know what an ALTER changes)."""
 
     def __init__(self, engine: DeltaEngine, layout: LakeLayout) -> None:
+        engine = bookkeeping_engine(engine)
         self.engine, self.layout, self.path = engine, layout, layout.tables_path
         self.rows: dict[str, dict] = {}
         if engine.exists(self.path):

@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 
 from ..schema.lifecycle import lifecycle_of
 from .current import SEQ_FILE_SHIFT, newest_seq
-from .engines import DELETED, SEQ, DeltaEngine
+from .engines import DELETED, SEQ, DeltaEngine, bookkeeping_engine
 from .history import META_FIELDS, PARTITION_BY
 from .layout import path_part
 from .pending import lake_fs
@@ -79,6 +79,7 @@ class LakeCatalog:
     @classmethod
     def load(cls, engine: DeltaEngine, layout) -> LakeCatalog:
         path = layout.catalog_path
+        engine = bookkeeping_engine(engine)
         if not engine.exists(path):
             return cls()
         return cls(engine.read(path, CATALOG_SCHEMA.names).to_pylist())
@@ -118,7 +119,7 @@ class LakeCatalog:
         data = pa.Table.from_pylist([{k: r.get(k) for k in CATALOG_SCHEMA.names} for r in changed], CATALOG_SCHEMA)
         data = data.append_column(SEQ, pa.array([batch] * data.num_rows, pa.int64()))
         data = data.append_column(DELETED, pa.array([False] * data.num_rows))
-        engine.merge(layout.catalog_path, data, ["slot"], layout.app_id("catalog"), batch)
+        bookkeeping_engine(engine).merge(layout.catalog_path, data, ["slot"], layout.app_id("catalog"), batch)
 
 
 # -- prepare: the plan ------------------------------------------------------------------------------------------

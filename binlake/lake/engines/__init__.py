@@ -13,6 +13,7 @@ from .base import (
     HistoryEntry,
     MergeInputError,
     TxnInfo,
+    bookkeeping_engine,
 )
 from .factory import DEFAULT_ENGINE, ENGINE_NAMES, get_engine, use_spark
 from .tombstones import TOMBSTONE_DIR, tombstone_path
@@ -30,6 +31,7 @@ __all__ = [
     "HistoryEntry",
     "MergeInputError",
     "TxnInfo",
+    "bookkeeping_engine",
     "get_engine",
     "tombstone_path",
     "use_spark",

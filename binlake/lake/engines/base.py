@@ -160,3 +160,11 @@ def check_batch(app_id: str, batch: int) -> None:
         raise EngineError("app_id must be a non-empty string")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
         raise EngineError(f"batch must be a non-negative int, got {batch!r}")
+
+
+def bookkeeping_engine(engine: DeltaEngine) -> DeltaEngine:
+    """The engine binlake's own small tables (`_binlake/`: control, registry, catalog: a few rows built in the
+    driver) are read and committed with: the engine's `bookkeeping` engine when it names one (delta-spark: its
+    delta-rs log writer, since a Spark job per read and per MERGE of a few driver rows is only fixed cost), else
+    the engine itself."""
+    return getattr(engine, "bookkeeping", None) or engine

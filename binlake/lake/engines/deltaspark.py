@@ -39,7 +39,16 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from ..crashpoints import crash_point
-from ..staging import DATE, SEQ_FILE_SHIFT, StagedSegment, entry_pieces, piece_location, piece_schema, unified_schema
+from ..staging import (
+    DATE,
+    SEQ_FILE_SHIFT,
+    StagedSegment,
+    entry_pieces,
+    linkable,
+    piece_location,
+    piece_schema,
+    unified_schema,
+)
 from .base import (
     DELETED,
     SEQ,
@@ -254,6 +263,10 @@ class DeltaSparkEngine:
         self.spark = spark
         self.max_attempts = max_attempts
         self._log = DeltaRsEngine(storage_options)
+        # binlake's own tables (control, registry, catalog: a few rows the driver builds) are read and committed
+        # by the driver with delta-rs (base.bookkeeping_engine): through Spark each read and MERGE was a few
+        # Spark jobs and Delta's snapshot work, seconds of fixed cost per batch in local mode.
+        self.bookkeeping = self._log
         self._conf_lock = threading.Lock()
         self._read_schemas: dict[tuple[str, bool], Any] = {}  # staged pieces' Arrow schema -> Spark's inferred
 
@@ -489,14 +502,21 @@ class DeltaSparkEngine:
 
     def append_staged(self, path: str, stage: str, info: dict, app_id: str, batch: int,
                       partition_by: list[str] | None = None) -> bool:
-        """Append a batch entry's staged history pieces in one commit: the executors read the Parquet pieces and
-        write the Delta files; the driver only commits (txnAppId/txnVersion make a retry a no-op)."""
+        """Append a batch entry's staged history pieces in one commit. When every piece already is a data file of
+        the table as it stands (a local lake, one commit date each, the table's very columns:
+        binlake.lake.staging.linkable), the pieces are linked into the table folder and committed as they are, in
+        one metadata-only commit carrying (app_id, batch) (the delta-rs log writer's append_files): no row is read
+        again. Otherwise the executors read the Parquet pieces and write the Delta files; the driver only commits
+        (txnAppId/txnVersion make a retry a no-op)."""
         check_batch(app_id, batch)
         pieces = entry_pieces(info)
         if not pieces:
             return False
         schema = unified_schema(stage, pieces)
         check_column_names(schema, f"append {path}")
+        if self._pieces_are_files(path, stage, info, schema, partition_by):
+            with _stage("history append", path, pieces):
+                return self._log._append_as_files(path, None, schema, app_id, batch, partition_by, (stage, info))
         meta = commit_meta("append", [(app_id, batch)])
 
         def attempt() -> bool:
@@ -511,6 +531,16 @@ class DeltaSparkEngine:
 
         with _stage("history append", path, pieces):
             return self._retry(attempt)
+
+    def _pieces_are_files(self, path: str, stage: str, info: dict, schema: pa.Schema,
+                          partition_by: list[str] | None) -> bool:
+        """Whether every staged piece of the entry can be linked into the table at `path` as one of its data files
+        (the table, or the one created, partitioned by commit date alone, with exactly the pieces' columns)."""
+        if not self._log._files_fit(path, schema):
+            return False
+        parts = list(self._log._dt(path).metadata().partition_columns) if self.exists(path) else partition_by
+        lo, hi = info.get("seq_from"), info.get("seq_to")
+        return list(parts or []) == [DATE] and all(linkable(stage, p, lo, hi, schema) for p in entry_pieces(info))
 
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
                   meta: dict[str, Any], check_txn: bool) -> bool:
