@@ -82,6 +82,45 @@ def test_one_date_pieces_are_linked_into_history_and_read_back_whole(tmp_path: P
     assert any(f.stat().st_ino == Path(stage, pieces[0]["path"]).stat().st_ino for f in linked.glob("*.parquet"))
 
 
+@pytest.mark.parametrize("seed", [4, 29])
+def test_delta_spark_links_pieces_only_when_every_piece_fits(spark, tmp_path: Path, seed: int) -> None:
+    """delta-spark's history append: an entry whose pieces all fit the table (one commit date each, its columns)
+    is linked in as data files and committed once; an entry with a piece that does not (two dates) is read and
+    written by Spark, nothing linked. Both read back equal through Spark, and a replay commits nothing."""
+    from binlake.lake.engines.deltaspark import DeltaSparkEngine, available
+    from tests.conftest import skip_or_fail
+
+    ok, reason = available(spark)
+    if not ok:
+        skip_or_fail(f"delta-spark: {reason}")
+    engine = DeltaSparkEngine(spark)
+    rng = random.Random(seed)
+    stage = str(tmp_path / "stage")
+    day = dt.date(2024, 2, 28) + dt.timedelta(days=rng.randrange(3))
+    days = [day, day + dt.timedelta(days=1 + rng.randrange(2))]
+    linked = [history(rng, rng.randrange(50, 300), [d]) for d in days]
+    mixed = [history(rng, rng.randrange(50, 300), [day]), history(rng, rng.randrange(50, 300), days)]
+    for name, tables in (("linked", linked), ("mixed", mixed)):
+        pieces = [staging.write_piece(stage, f"db.{name}", 1, 4, n, rows) for n, rows in enumerate(tables)]
+        path = str(tmp_path / f"{name}__history")
+        info = {"staged": pieces}
+        before = set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+        assert engine.append_staged(path, stage, info, "h", 7, partition_by=PARTITION_BY) is True
+        spark_jobs = set(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) - before
+        assert engine.append_staged(path, stage, info, "h", 7, partition_by=PARTITION_BY) is False  # replay
+        assert engine.txn_version(path, "h") == 7 and engine.version(path) == 1
+        expected = pa.concat_tables(tables).sort_by([("_pos", "ascending"), ("_commit_date", "ascending")])
+        got = engine.read(path).select(expected.column_names).sort_by([("_pos", "ascending"),
+                                                                       ("_commit_date", "ascending")])
+        assert got.equals(expected.cast(got.schema)), name
+        inodes = {Path(stage, p["path"]).stat().st_ino for p in pieces}
+        found = {f.stat().st_ino for f in Path(path).rglob("*.parquet")}
+        if name == "linked":
+            assert inodes <= found and not spark_jobs
+        else:
+            assert not inodes & found and spark_jobs
+
+
 def test_the_piece_kept_aside_reads_back_equal(tmp_path: Path) -> None:
     rows = history(random.Random(5), 300, [dt.date(2023, 1, 1), dt.date(2023, 1, 2)])
     piece = staging.write_aside(str(tmp_path), "db.t", 1, 4, "open-1", rows)
