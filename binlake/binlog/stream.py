@@ -214,6 +214,7 @@ class EventStream:
         known = len(self.fde.post_header)
         has_crc = self.fde.has_crc
         verify = self.verify
+        view_of, view = None, None  # a memoryview of the buffer, made once per buffer (for the CRC32s)
         while True:
             if self._off + HEADER_LEN > len(self._buf) and not self._ensure(HEADER_LEN):
                 self._finish(len(self._buf) - self._off)
@@ -304,7 +305,9 @@ class EventStream:
                         raise CorruptEvent(f"event length {size} leaves no room for its checksum", name, pos)
                     if verify:
                         stored = crc_unpack(buf, body_end)[0]
-                        if crc32(memoryview(buf)[off:body_end]) != stored:
+                        if view_of is not buf:
+                            view_of, view = buf, memoryview(buf)
+                        if crc32(view[off:body_end]) != stored:
                             raise ChecksumMismatch(
                                 f"CRC32 {stored:08x} does not match the bytes of the {_type_name(etype)} event",
                                 name,

@@ -67,7 +67,7 @@ def _digits(out: np.ndarray, at: int, value: np.ndarray, n: int) -> None:
 
 def _texts(out: np.ndarray) -> list[str]:
     width = out.shape[1]
-    return list(map(bytes.decode, out.view(f"S{width}").reshape(-1).tolist()))
+    return list(map(bytes.decode, np.ascontiguousarray(out).view(f"S{width}").reshape(-1).tolist()))
 
 
 _TEMPLATE = b"0000-00-00 00:00:00.000000"
@@ -204,18 +204,28 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
     at = 0
     col = 1
     nonzero = np.zeros(n, dtype=bool)
+    lead = 0  # leading integer digits that are zero in every value (dropped: a shorter text parses faster)
+    leading = True
     for i, (nb, nd) in enumerate(groups):
         g = _be(m, at, at + nb)
         at += nb
-        if g.max() >= 10**nd:
+        top = int(g.max())
+        if top >= 10**nd:
             return None
-        nonzero |= g != 0
         if i == n_int:
             col += 1  # the point
+        if leading and i < n_int:
+            lead += nd - len(str(top)) if top else nd
+            leading = not top
+            if not top and i < n_int - 1:  # zero in every value, and dropped below: not written
+                col += nd
+                continue
+        nonzero |= g != 0
         _digits(out, col, g, nd)
         col += nd
-    out[:, 0] = np.where(negative & nonzero, ord("-"), ord("+"))
-    return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out)))
+    lead = min(lead, int_digits - 1) if int_digits else 0  # one integer digit stays, even a zero
+    out[:, lead] = np.where(negative & nonzero, ord("-"), ord("+"))
+    return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out[:, lead:] if lead else out)))
 
 
 def time2_texts(raws, fsp: int) -> list[str] | None:

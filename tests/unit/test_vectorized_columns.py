@@ -5,6 +5,7 @@ vector path leaves to the per-value path (years past 9999, out-of-range fraction
 from __future__ import annotations
 
 import random
+from decimal import Context, Decimal
 
 import pytest
 
@@ -109,6 +110,41 @@ def test_decimal_columns(p: int, s: int) -> None:
         bad[0] |= 0x80
         with pytest.raises(ValueError_):
             _column(col, [*raws[:10], bytes(bad)])
+
+
+WIDE = Context(prec=100)
+
+
+@pytest.mark.parametrize(("p", "s"), [(38, 3), (65, 30), (20, 6), (30, 10), (12, 2), (10, 0), (9, 9)])
+def test_decimal_columns_of_small_values(p: int, s: int) -> None:
+    """Values far narrower than the type (the usual case): the integer digits that are zero in every value are
+    left out of the texts the decimal module parses, and whole zero digit groups are not written."""
+    rng = random.Random(p * 1000 + s)
+    groups, n_int, size = decimal_groups(p, s)
+    ref = make_fast_decimal(p, s)
+    col = Column(0, T.NEWDECIMAL, p << 8 | s)
+    int_digits = sum(nd for _, nd in groups[:n_int])
+
+    def encode(value: int) -> bytes:  # value: the unscaled integer (digits before and after the point)
+        ipart, fpart = divmod(abs(value), 10**s)
+        digits = (str(ipart).zfill(int_digits) if int_digits else "") + (str(fpart).zfill(s) if s else "")
+        x, at = 0, 0
+        for nb, nd in groups:
+            x = x << 8 * nb | int(digits[at:at + nd] or 0)
+            at += nd
+        x |= 1 << (8 * size - 1)
+        if value < 0:
+            x ^= (1 << 8 * size) - 1
+        return x.to_bytes(size, "big")
+
+    for top in (10, 10**5, 10**(min(p, 18) - 1), 10**p - 1):
+        values = [rng.randrange(-top, top) for _ in range(300)] + [0, -1, 1, top - 1, -(top - 1)]
+        raws = [encode(v) for v in values]
+        assert [ref(raw) for raw in raws] == [Decimal(v).scaleb(-s, WIDE) for v in values]  # the encoder is right
+        got = _column(col, raws)
+        assert [str(v) for v in got] == [str(ref(raw)) for raw in raws], top
+    zeros = [encode(0)] * 40
+    assert [str(v) for v in _column(col, zeros)] == [str(ref(raw)) for raw in zeros]
 
 
 def test_latin1_text_column() -> None:
