@@ -23,6 +23,7 @@ from ..schema.model import TableDef, expression_key
 from .convert import arrow_type
 from .crashpoints import crash_point
 from .engines import DELETED, SEQ, ColumnChange, tombstone_path
+from .engines.mergeplan import int_key, last_of_each
 from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
@@ -127,6 +128,10 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
             tomb["_order"] = pc.multiply(order.filter(changed), 2)
             tomb_orders = tomb["_order"].to_numpy()
             parts.append(pa.table(tomb).cast(main.schema))
+    out_schema = pa.schema([*[schema.field(c) for c in values], pa.field(SEQ, pa.int64()),
+                            pa.field(DELETED, pa.bool_())])
+    if len(parts) == 1 and _distinct(seg, keys):  # every key once (no tombstones): each row is its key's last
+        return main.select([*values, SEQ, DELETED]).cast(out_schema)
     events = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else main.combine_chunks()
     last = events.group_by(keys, use_threads=False).aggregate([("_order", "max")])
     # Row positions from the order numbers: upsert i (order 2i+1) is row i, the tombstones (even orders, in
@@ -134,8 +139,15 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     orders = last.column("_order_max").to_numpy()
     positions = np.where(orders % 2 == 1, orders // 2, n + np.searchsorted(tomb_orders, orders))
     result = events.take(positions).drop_columns(["_order"])
-    return result.select([*values, SEQ, DELETED]).cast(
-        pa.schema([*[schema.field(c) for c in values], pa.field(SEQ, pa.int64()), pa.field(DELETED, pa.bool_())]))
+    return result.select([*values, SEQ, DELETED]).cast(out_schema)
+
+
+def _distinct(rows: pa.Table, keys: list[str]) -> bool:
+    """Whether a single integer key holds no value twice: one pass when it strictly increases (statements over key
+    ranges, INSERT ... SELECT or UPDATE ... WHERE id BETWEEN, log their rows that way), else a stable sort (near
+    linear on a few ascending runs); no hashing."""
+    k = int_key(rows, keys)
+    return k is not None and (bool(np.all(k[1:] > k[:-1])) or bool(last_of_each(k).all()))
 
 
 def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str | None, TableMap, pa.Table]]:
@@ -180,6 +192,18 @@ class NewestPerKey:
             self._reduce()
             self.limit = max(COLLAPSE_BYTES, 2 * self.held)
 
+    def _in_seq_order(self) -> bool:
+        """Whether every part's `_seq` values all lie above the previous part's (pieces come in binlog order)."""
+        top = None
+        for p in self.parts:
+            if not p.num_rows:
+                continue
+            mm = pc.min_max(p.column(SEQ)).as_py()
+            if top is not None and mm["min"] <= top:
+                return False
+            top = mm["max"]
+        return True
+
     def result(self) -> pa.Table:
         self._reduce()
         return pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
@@ -189,13 +213,20 @@ class NewestPerKey:
             return
         ids = pa.concat_tables([p.select([*self.keys, SEQ]) for p in self.parts])
         n = ids.num_rows
-        ids = ids.append_column("_i", pa.array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
-        ids = ids.append_column("_r", pa.array(np.arange(n, dtype=np.int64)))
-        last = ids.group_by(self.keys, use_threads=False).aggregate([("_r", "max")])
-        if last.num_rows == n:  # no key in two pieces: every row stays
-            return
-        keep = np.zeros(n, dtype=bool)
-        keep[ids.column("_i").take(last.column("_r_max")).to_numpy()] = True
+        k = int_key(ids, self.keys) if self._in_seq_order() else None
+        if k is not None:
+            # Parts in `_seq` order, one row per key each: a key's newest row is its last one in part order.
+            keep = last_of_each(k)
+            if keep.all():
+                return
+        else:
+            ids = ids.append_column("_i", pa.array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
+            ids = ids.append_column("_r", pa.array(np.arange(n, dtype=np.int64)))
+            last = ids.group_by(self.keys, use_threads=False).aggregate([("_r", "max")])
+            if last.num_rows == n:  # no key in two pieces: every row stays
+                return
+            keep = np.zeros(n, dtype=bool)
+            keep[ids.column("_i").take(last.column("_r_max")).to_numpy()] = True
         parts, at = [], 0
         for p in self.parts:
             mine = keep[at:at + p.num_rows]

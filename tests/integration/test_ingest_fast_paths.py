@@ -220,3 +220,103 @@ def test_a_writer_filling_the_table_meanwhile_sends_the_merge_the_general_way(tm
     cur, tombs = table_state(engine, path)
     assert cur == [(1, "theirs", 50), (2, "mine", 90), (3, "mine", 10)]
     assert tombs == [(4, 10)]
+
+
+def _events(rng: random.Random, mode: str) -> list:
+    """Rows events of db.t (id INT key, v VARCHAR): keys ascending, shuffled but distinct, or changed again and again
+    (updates that keep or move the key, deletes, re-inserts)."""
+    from binlake.binlog.decoder import RowBatch
+
+    tm = _tm()
+    pos, out = 4, []
+    if mode != "mixed":
+        ids = list(range(rng.randrange(1, 50), rng.randrange(60, 400)))
+        if mode == "shuffled":
+            rng.shuffle(ids)
+        for at in range(0, len(ids), 37):
+            pos += rng.randrange(10, 90)
+            op = rng.choice(("insert", "delete"))
+            rows = [[i, f"v{i}"] for i in ids[at:at + 37]]
+            out.append(RowBatch("f.000001", pos, pos, 0, 0, None, tm, op,
+                                [(None, r) if op == "insert" else (r, None) for r in rows]))
+        return out
+    live: dict[int, str] = {}
+    for _ in range(rng.randrange(5, 40)):
+        pos += rng.randrange(10, 90)
+        op = rng.choice(("insert", "update", "delete")) if live else "insert"
+        pairs = []
+        if op == "insert":
+            for i in rng.sample(range(300), rng.randrange(1, 20)):
+                if i not in live:
+                    live[i] = f"i{pos}"
+                    pairs.append((None, [i, live[i]]))
+        else:
+            for i in rng.sample(sorted(live), min(len(live), rng.randrange(1, 10))):
+                if i not in live:
+                    continue
+                if op == "delete":
+                    pairs.append(([i, live.pop(i)], None))
+                    continue
+                new = i if rng.random() < 0.6 else rng.choice([k for k in range(300) if k not in live] or [i])
+                old = live.pop(i)
+                live[new] = f"u{pos}"
+                pairs.append(([i, old], [new, live[new]]))
+        if pairs:
+            out.append(RowBatch("f.000001", pos, pos, 0, 0, None, tm, op, pairs))
+    return out
+
+
+def _tm():
+    from binlake.binlog.constants import ColumnType as T
+    from binlake.binlog.tablemap import Column, TableMap
+
+    tm = TableMap(1, "db", "t", [Column(0, T.LONG, 0, True, True, 45, "id"),
+                                 Column(1, T.VARCHAR, 40, True, None, 45, "v")], primary_key=[0])
+    tm.schema_version = "v1"
+    return tm
+
+
+@pytest.mark.parametrize("mode", ["ascending", "shuffled", "mixed"])
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_merge_input_and_newest_per_key_by_sorting_equal_the_hashing_ones(monkeypatch: pytest.MonkeyPatch,
+                                                                         mode: str, seed: int) -> None:
+    """merge_input of rows whose integer key never repeats keeps every row as it is, and NewestPerKey reduces parts
+    in `_seq` order by a stable sort of the key: both give exactly (rows and their order) what hashing the key
+    gives, for keys that ascend, are shuffled or change again; parts out of `_seq` order take the general way."""
+    import binlake.lake.current as current
+    from binlake.lake.convert import ConversionStats
+    from binlake.lake.current import merge_input
+    from binlake.lake.history import CommittedBatch, history_table
+
+    rng = random.Random(seed * 10 + len(mode))
+    events = _events(rng, mode)
+    cut = sorted(rng.sample(range(1, len(events)), min(len(events) - 1, 3))) if len(events) > 1 else []
+    parts = [events[a:b] for a, b in zip([0, *cut], [*cut, len(events)], strict=True)]
+    rows = [history_table([CommittedBatch(b, 0, 1) for b in part], 0, ConversionStats()) for part in parts]
+
+    def reduce(order: list[int]) -> tuple[list, pa.Table]:
+        newest = NewestPerKey(["id"])
+        inputs = [merge_input(rows[i], _tm()) for i in order]
+        for part in inputs:
+            newest.add(part)
+        return [p.to_pylist() for p in inputs], newest.result()
+
+    shuffled = list(range(len(rows)))
+    rng.shuffle(shuffled)
+    got = [reduce(list(range(len(rows)))), reduce(shuffled)]
+    monkeypatch.setattr(current, "int_key", lambda *_: None)  # the general way: hashing, sorting by `_seq`
+    want = [reduce(list(range(len(rows)))), reduce(shuffled)]
+    for (got_inputs, got_result), (want_inputs, want_result) in zip(got, want, strict=True):
+        assert got_inputs == want_inputs
+        assert got_result.to_pylist() == want_result.to_pylist()
+    assert sorted(r["id"] for r in got[0][1].to_pylist()) == sorted(r["id"] for r in got[1][1].to_pylist())
+
+
+def test_validate_merge_input_finds_a_repeated_integer_key() -> None:
+    from binlake.lake.engines.base import MergeInputError
+    from binlake.lake.engines.mergeplan import validate_merge_input
+
+    ok = changes([(i, "x", i, False) for i in (5, 1, 9, 3)])
+    assert validate_merge_input(ok, ["id"]).num_rows == 4
+    with pytest.raises(MergeInputError, match="duplicated keys"):
+        validate_merge_input(changes([(i, "x", 1, False) for i in (5, 1, 9, 1)]), ["id"])
