@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -72,13 +73,18 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
                 out.append(col)
         has_before.append(present)
     where = tm.qualified_name
-    columns = {col.key: to_arrow(list(chain.from_iterable(rows[col.index])), col, f"{where}.{col.key}", stats)
-               for col in tm.columns}
+    columns = {col.key: _column(rows[col.index], n, col, f"{where}.{col.key}", stats) for col in tm.columns}
     before_fields = [pa.field(col.key, arrow_type(col)) for col in tm.columns]
     per_row = np.concatenate(has_before) if has_before else np.zeros(0, bool)
-    if per_row.any():
+    if per_row.all() and n:
+        # Every row has a before image (updates only): the images are the struct's rows as they are, and a column
+        # the updates left as it was (the decoder hands the same values) is the after column's array again.
+        children = [columns[col.key] if _same(rows[col.index], befores[col.index])
+                    else _column(befores[col.index], n, col, f"{where}.{col.key}", stats) for col in tm.columns]
+        columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields)
+    elif per_row.any():
         # Only update rows have a before image: convert those, then spread them over all rows (null elsewhere).
-        children = [to_arrow(list(chain.from_iterable(befores[col.index])), col, f"{where}.{col.key}", stats)
+        children = [_column(befores[col.index], int(per_row.sum()), col, f"{where}.{col.key}", stats)
                     for col in tm.columns]
         at = np.cumsum(per_row) - 1
         spread = pa.array(at, pa.int64(), mask=~per_row)
@@ -87,6 +93,29 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
         columns["_before"] = pa.nulls(n, pa.struct(before_fields))
     columns.update(_meta_columns(batches, items, counts, n, tm.schema_version, batch_id))
     return pa.table(columns)
+
+
+# Arrow types whose decoded values (Python ints, floats) numpy reads as they are: such a column without NULLs is
+# read straight from the events' value sequences (no list of all of them first, a third less CPU than pa.array).
+_NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+          pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.Array:
+    """One column of the events (`parts`: each event's value sequence; n values in all) as an Arrow array."""
+    dtype = _NUMPY.get(arrow_type(col)) if not col.nullable else None
+    if dtype is not None:
+        try:
+            return pa.array(np.fromiter(chain.from_iterable(parts), dtype, n))
+        except (TypeError, ValueError, OverflowError):  # not a plain value (ABSENT, out of range): to_arrow says
+            pass
+    return to_arrow(list(chain.from_iterable(parts)), col, where, stats)
+
+
+def _same(after: list, before: list) -> bool:
+    """Whether the events' after and before values of a column are the very same objects (the decoder hands the
+    values of a column an update left unchanged to both images, unless they are plain numbers)."""
+    return all(len(a) == len(b) and all(map(is_, a, b)) for a, b in zip(after, before, strict=True))
 
 
 def _event_columns(batch: Any, k: int, where: str) -> tuple[list, list | None, np.ndarray]:
