@@ -28,7 +28,7 @@ from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
 from .history import META_NAMES
-from .staging import StagedSegment, read_piece_keys, staged_segments
+from .staging import StagedSegment, in_bounds_all, read_piece_keys, staged_segments, take_merge_input
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
 COLLAPSE_BYTES = 64 << 20  # reduced pieces held before they are reduced together (staged_merge_input)
@@ -162,6 +162,10 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
         columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op"]  # what merge_input reads
         newest = NewestPerKey(keys)
         for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
+            kept = take_merge_input(stage, piece, keys) if in_bounds_all(piece, seg.lo, seg.hi) else None
+            if kept is not None and kept.schema == seg.schema:  # computed when the piece was written: not read
+                newest.add(kept)
+                continue
             rows = read_piece_keys(stage, piece, seg.lo, seg.hi, columns, keys)
             if rows.num_rows:
                 newest.add(merge_input(rows, tm))

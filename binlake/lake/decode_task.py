@@ -23,7 +23,7 @@ from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
 from .history import CommittedBatch, history_table, with_commit_ts
-from .staging import delete_piece, read_aside, write_aside, write_piece
+from .staging import delete_piece, keep_merge_input, merge_input_room, read_aside, write_aside, write_piece
 
 SEQ_FILE_SHIFT = 40  # binlake.lake.current.event_seq
 FLUSH_ROWS = 32_768  # rows held as Python values before they are converted to Arrow (open transactions too)
@@ -225,10 +225,20 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     pending_rows = 0
 
     def write(key: int, piece: pa.Table) -> None:
-        """A committed history piece written to the stage (its manifest kept in binlog order)."""
-        written.setdefault(key, []).append(write_piece(stage, maps[key].qualified_name, file_seq, result.start,
-                                                       spill.n, piece))
+        """A committed history piece written to the stage (its manifest kept in binlog order). In process, its
+        merge input is computed now, from the rows at hand, for the merge of this batch to take rather than read
+        the piece back (binlake.lake.staging.keep_merge_input)."""
+        manifest = write_piece(stage, maps[key].qualified_name, file_seq, result.start, spill.n, piece)
+        written.setdefault(key, []).append(manifest)
         spill.n += 1
+        if keep_bytes is not None and maps[key].primary_key and merge_input_room():
+            from .current import key_names, merge_input
+
+            try:
+                rows = merge_input(piece, maps[key])
+            except Exception:  # the merge computes it again from the piece, and reports the error
+                return
+            keep_merge_input(stage, manifest, key_names(maps[key]), rows)
 
     def keep_built(key: int, piece: pa.Table) -> None:
         """A committed history piece: held as Arrow, or written to the stage once the range outgrew its budget."""

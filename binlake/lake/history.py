@@ -159,6 +159,8 @@ def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.nda
     starts = np.cumsum(counts) - counts
 
     def per_event(values: list, typ: pa.DataType) -> pa.Array:
+        if values.count(values[0]) == len(values):  # one value (a large transaction's events): no take
+            return pa.repeat(pa.scalar(values[0], typ), n)
         return pa.array(values, typ).take(events)
 
     def per_event_int(values) -> np.ndarray:
@@ -176,7 +178,7 @@ def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.nda
                              pa.int64()),
         "_commit_ts": pa.array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         "_gtid": per_event([b.gtid for b in batches], pa.string()),
-        "_schema_version": pa.array([version], pa.string()).take(np.zeros(n, np.int64)),
+        "_schema_version": pa.repeat(pa.scalar(version, pa.string()), n),
         "_batch_id": pa.array(np.full(n, batch_id, np.int64), pa.int64()),
         "_commit_date": pa.array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32()),
     }

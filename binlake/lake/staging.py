@@ -288,7 +288,37 @@ def slot_facts(stage: str, pieces: list[dict], lo: int | None, hi: int | None) -
     return counts, (last[1] if last else None)
 
 
+# Merge inputs of pieces this process wrote (an in-process ingest: binlake.lake.decode_task), kept so the merge
+# need not read back what was just written: piece location -> (key names, the piece's merge input). Bounded by
+# MERGE_INPUT_BYTES (later pieces are read back as usual); an entry is taken once, and dropped with its stage.
+MERGE_INPUT_BYTES = 128 << 20
+_merge_inputs: dict[str, tuple[list[str], pa.Table]] = {}
+
+
+def merge_input_room() -> bool:
+    """Whether the merge inputs kept are still under the budget."""
+    return sum(t.nbytes for _k, t in _merge_inputs.values()) < MERGE_INPUT_BYTES
+
+
+def keep_merge_input(stage: str, piece: dict, keys: list[str], rows: pa.Table) -> bool:
+    """Keep a written piece's merge input (binlake.lake.current.merge_input of all its rows) for take_merge_input,
+    if it fits the budget."""
+    if sum(t.nbytes for _k, t in _merge_inputs.values()) + rows.nbytes > MERGE_INPUT_BYTES:
+        return False
+    _merge_inputs[piece_location(stage, piece)] = (list(keys), rows)
+    return True
+
+
+def take_merge_input(stage: str, piece: dict, keys: list[str]) -> pa.Table | None:
+    """The merge input kept for a piece of this stage with these key names (None: read the piece)."""
+    kept = _merge_inputs.pop(piece_location(stage, piece), None)
+    return kept[1] if kept is not None and kept[0] == keys else None
+
+
 def drop_stage(stage: str) -> None:
+    prefix = stage.rstrip("/") + "/"
+    for location in [loc for loc in _merge_inputs if loc.startswith(prefix)]:
+        del _merge_inputs[location]
     fs, root = _fs(stage)
     if fs.get_file_info(root).type == pafs.FileType.Directory:
         fs.delete_dir(root)
