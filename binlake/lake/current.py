@@ -130,8 +130,24 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
             parts.append(pa.table(tomb).cast(main.schema))
     out_schema = pa.schema([*[schema.field(c) for c in values], pa.field(SEQ, pa.int64()),
                             pa.field(DELETED, pa.bool_())])
-    if len(parts) == 1 and _distinct(seg, keys):  # every key once (no tombstones): each row is its key's last
-        return main.select([*values, SEQ, DELETED]).cast(out_schema)
+    k = int_key(pa.concat_tables(parts) if len(parts) > 1 else main, keys)
+    if k is not None:
+        # A single integer key: sorted rather than hashed. Rows of keys that strictly ascend are their keys'
+        # last changes as they are (statements over key ranges log their rows that way); otherwise each key's
+        # last change (largest order) is found by sorting on (key, order), and kept in binlog order.
+        if len(parts) == 1 and bool(np.all(k[1:] > k[:-1])):
+            return main.select([*values, SEQ, DELETED]).cast(out_schema)
+        orders = np.concatenate([np.arange(n, dtype=np.int64) * 2 + 1, tomb_orders])
+        by_key = np.lexsort((orders, k))
+        ranked = k[by_key]
+        ends = np.empty(len(k), dtype=bool)
+        np.not_equal(ranked[1:], ranked[:-1], out=ends[:-1])
+        ends[-1] = True
+        winners = np.sort(by_key[ends])
+        events = pa.concat_tables(parts) if len(parts) > 1 else main
+        if len(winners) < len(k):
+            events = events.take(winners)
+        return events.select([*values, SEQ, DELETED]).cast(out_schema)
     events = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else main.combine_chunks()
     last = events.group_by(keys, use_threads=False).aggregate([("_order", "max")])
     # Row positions from the order numbers: upsert i (order 2i+1) is row i, the tombstones (even orders, in
@@ -140,14 +156,6 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     positions = np.where(orders % 2 == 1, orders // 2, n + np.searchsorted(tomb_orders, orders))
     result = events.take(positions).drop_columns(["_order"])
     return result.select([*values, SEQ, DELETED]).cast(out_schema)
-
-
-def _distinct(rows: pa.Table, keys: list[str]) -> bool:
-    """Whether a single integer key holds no value twice: one pass when it strictly increases (statements over key
-    ranges, INSERT ... SELECT or UPDATE ... WHERE id BETWEEN, log their rows that way), else a stable sort (near
-    linear on a few ascending runs); no hashing."""
-    k = int_key(rows, keys)
-    return k is not None and (bool(np.all(k[1:] > k[:-1])) or bool(last_of_each(k).all()))
 
 
 def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str | None, TableMap, pa.Table]]:

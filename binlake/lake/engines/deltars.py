@@ -54,6 +54,10 @@ MERGE_CHUNK_BYTES = 16 << 20  # merge input bytes per MERGE commit: a larger inp
 # Rows per Parquet row group of a pristine table's overwrite: delta-rs' writer holds a row group's rows (default
 # 1,048,576) before it encodes them, as much again as the whole merge input for most batches.
 ROW_GROUP_ROWS = 1 << 16
+# A column's dictionary page grows to this before its writer falls back to plain encoding: delta-rs' default (1 MiB)
+# had distinct values hashed into a dictionary about 100,000 deep before every fallback, 80% of a write's CPU
+# for distinct integers; columns of few values stay dictionary-encoded (their files came out smaller, too).
+DICTIONARY_PAGE_BYTES = 16 << 10
 
 
 class DeltaRsEngine:
@@ -253,7 +257,8 @@ class DeltaRsEngine:
         # streamed_exec=False lets delta-rs derive a file-pruning predicate from the (in-memory) source's key
         # ranges, so a batch rewrites only the files its keys can be in.
         merger = dt.merge(source, spec.on, source_alias="s", target_alias="t", streamed_exec=False,
-                          commit_properties=self._props(meta))
+                          commit_properties=self._props(meta),
+                          writer_properties=WriterProperties(dictionary_page_size_limit=DICTIONARY_PAGE_BYTES))
         for clause in spec.clauses:
             assignments = dict(clause.assignments)
             if clause.kind == "matched_delete":
@@ -321,7 +326,8 @@ class DeltaRsEngine:
         if deletes.num_rows:
             self.create_empty(tpath, key_schema)
             write_deltalake(self._dt(tpath), deletes, mode="overwrite", predicate="true",
-                            commit_properties=self._props(commit_meta("tombstones", [(app_id, batch)])))
+                            commit_properties=self._props(commit_meta("tombstones", [(app_id, batch)])),
+                            writer_properties=WriterProperties(dictionary_page_size_limit=DICTIONARY_PAGE_BYTES))
         ours = self.version(tpath)
         meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=ours)
         before = dt.version()
@@ -330,7 +336,8 @@ class DeltaRsEngine:
             b.filter(pc.invert(b.column(DELETED))).select(target.names) if deletes.num_rows else b.select(target.names)
             for b in data.to_batches(max_chunksize=1 << 16)))
         write_deltalake(dt, upserts, mode="overwrite", predicate="true", commit_properties=self._props(meta),
-                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS))
+                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS,
+                                                           dictionary_page_size_limit=DICTIONARY_PAGE_BYTES))
         self._ensure_commit(dt, before, meta)
         # The repair step reads tombstones another writer recorded since: none when the tombstone table is still at
         # the version this merge left it in (its own deletes, keys other than the upserts').
