@@ -115,7 +115,7 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     if before.null_count < n:
         # Key-changing updates: a delete of the old key, ordered just before the upsert of the new one.
         # Any key column differing moves the row (a composite key changed in one column moves it too).
-        moved = pa.array([False] * n)
+        moved = pa.array(np.zeros(n, dtype=bool))
         for k in keys:
             moved = pc.or_(moved, pc.fill_null(pc.not_equal(pc.struct_field(before, k), seg.column(k)), False))
         changed = pc.and_(pc.equal(op, "update"), moved)
@@ -124,7 +124,7 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
             tomb = {c: (pc.struct_field(old.column("_before"), c) if c in keys else pa.nulls(old.num_rows,
                     schema.field(c).type)) for c in values}
             tomb[SEQ] = seq.filter(changed)
-            tomb[DELETED] = pa.array([True] * old.num_rows)
+            tomb[DELETED] = pa.array(np.ones(old.num_rows, dtype=bool))
             tomb["_order"] = pc.multiply(order.filter(changed), 2)
             tomb_orders = tomb["_order"].to_numpy()
             parts.append(pa.table(tomb).cast(main.schema))
@@ -133,20 +133,20 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     k = int_key(pa.concat_tables(parts) if len(parts) > 1 else main, keys)
     if k is not None:
         # A single integer key: sorted rather than hashed. Rows of keys that strictly ascend are their keys'
-        # last changes as they are (statements over key ranges log their rows that way); otherwise each key's
-        # last change (largest order) is found by sorting on (key, order), and kept in binlog order.
+        # last changes as they are (statements over key ranges log their rows that way); otherwise the changes
+        # are put in order (the tombstones between the upserts) and each key's last one found by a stable sort
+        # of the key (near linear on the few ascending runs binlogs mostly hold), and kept in binlog order.
         if len(parts) == 1 and bool(np.all(k[1:] > k[:-1])):
             return main.select([*values, SEQ, DELETED]).cast(out_schema)
-        orders = np.concatenate([np.arange(n, dtype=np.int64) * 2 + 1, tomb_orders])
-        by_key = np.lexsort((orders, k))
-        ranked = k[by_key]
-        ends = np.empty(len(k), dtype=bool)
-        np.not_equal(ranked[1:], ranked[:-1], out=ends[:-1])
-        ends[-1] = True
-        winners = np.sort(by_key[ends])
+        if len(parts) > 1:
+            in_order = np.argsort(np.concatenate([np.arange(n, dtype=np.int64) * 2 + 1, tomb_orders]), kind="stable")
+            last = np.zeros(len(k), dtype=bool)
+            last[in_order[last_of_each(k[in_order])]] = True
+        else:
+            last = last_of_each(k)
         events = pa.concat_tables(parts) if len(parts) > 1 else main
-        if len(winners) < len(k):
-            events = events.take(winners)
+        if not last.all():
+            events = events.filter(pa.array(last))
         return events.select([*values, SEQ, DELETED]).cast(out_schema)
     events = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else main.combine_chunks()
     last = events.group_by(keys, use_threads=False).aggregate([("_order", "max")])
