@@ -22,6 +22,7 @@ from ..binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch, event_type_
 from ..binlog.records import EventRecord
 from ..binlog.stream import open_binlog
 from .convert import ConversionStats
+from .current import key_names, merge_input
 from .history import CommittedBatch, history_table, with_commit_ts
 from .staging import delete_piece, keep_merge_input, merge_input_room, read_aside, write_aside, write_piece
 
@@ -232,8 +233,6 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
         written.setdefault(key, []).append(manifest)
         spill.n += 1
         if keep_bytes is not None and maps[key].primary_key and merge_input_room():
-            from .current import key_names, merge_input
-
             try:
                 rows = merge_input(piece, maps[key])
             except Exception:  # the merge computes it again from the piece, and reports the error
