@@ -60,7 +60,7 @@ from .lifecycle import LifecycleRun, lifecycle_held, split_entries
 from .pending import BatchQuarantined, BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
-from .staging import StagedSegment, drop_stage, entry_pieces, read_piece, staged_segments
+from .staging import StagedSegment, drop_stage, entry_pieces, forget_merge_inputs, read_piece, staged_segments
 
 __all__ = [
     "BatchQuarantined",
@@ -157,6 +157,8 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     stage = store.stage(batch)
     drop_stage(stage)  # pieces a killed earlier attempt at this batch left (it never saved a manifest)
     results = executor(tasks, batch, resolver, (opts.tables, opts.databases), stage)
+    if hasattr(engine, "staged_span"):  # it reduces staged pieces where they are (delta-spark): nothing to take
+        forget_merge_inputs(stage)
     seconds["decode"] = time.perf_counter() - t0
     crash_point("decoded")
 

@@ -315,10 +315,16 @@ def take_merge_input(stage: str, piece: dict, keys: list[str]) -> pa.Table | Non
     return kept[1] if kept is not None and kept[0] == keys else None
 
 
-def drop_stage(stage: str) -> None:
+def forget_merge_inputs(stage: str) -> None:
+    """Drop the merge inputs kept for a stage's pieces (its batch is merged by an engine that reduces the pieces
+    itself, or the stage goes)."""
     prefix = stage.rstrip("/") + "/"
     for location in [loc for loc in _merge_inputs if loc.startswith(prefix)]:
         del _merge_inputs[location]
+
+
+def drop_stage(stage: str) -> None:
+    forget_merge_inputs(stage)
     fs, root = _fs(stage)
     if fs.get_file_info(root).type == pafs.FileType.Directory:
         fs.delete_dir(root)

@@ -325,3 +325,23 @@ def test_validate_merge_input_finds_a_repeated_integer_key() -> None:
     assert validate_merge_input(ok, ["id"]).num_rows == 4
     with pytest.raises(MergeInputError, match="duplicated keys"):
         validate_merge_input(changes([(i, "x", 1, False) for i in (5, 1, 9, 1)]), ["id"])
+
+
+def test_kept_merge_inputs_are_taken_once_within_the_budget_and_forgotten_with_their_stage(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    rows = changes([(i, "x", i, False) for i in range(100)])
+    stage, other = str(tmp_path / "b1"), str(tmp_path / "b2")
+    monkeypatch.setattr(staging, "_merge_inputs", {})
+    monkeypatch.setattr(staging, "MERGE_INPUT_BYTES", rows.nbytes * 2)
+    assert staging.keep_merge_input(stage, {"path": "t/1.parquet"}, ["id"], rows)
+    assert staging.keep_merge_input(other, {"path": "t/1.parquet"}, ["id"], rows)
+    assert not staging.merge_input_room()
+    assert not staging.keep_merge_input(stage, {"path": "t/2.parquet"}, ["id"], rows)  # over the budget
+    assert staging.take_merge_input(stage, {"path": "t/1.parquet"}, ["k"]) is None  # other key names: read it
+    assert staging.keep_merge_input(stage, {"path": "t/1.parquet"}, ["id"], rows)
+    assert staging.take_merge_input(stage, {"path": "t/1.parquet"}, ["id"]) is rows
+    assert staging.take_merge_input(stage, {"path": "t/1.parquet"}, ["id"]) is None  # taken once
+    assert staging.keep_merge_input(stage, {"path": "t/3.parquet"}, ["id"], rows)
+    staging.forget_merge_inputs(stage)
+    assert staging.take_merge_input(stage, {"path": "t/3.parquet"}, ["id"]) is None
+    assert staging.take_merge_input(other, {"path": "t/1.parquet"}, ["id"]) is rows  # another batch's stays
