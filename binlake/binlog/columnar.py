@@ -39,6 +39,7 @@ from .values import (
     guess_text,
 )
 from .vectorized import (
+    TextColumn,
     date_texts,
     datetime2_texts,
     decimal_values,
@@ -240,13 +241,13 @@ def plan_year(codec: Any, bit: int) -> _Col:
     return _Col(codec.col.index, bit, ["B"], 0, vec, one)
 
 
-def plan_decimal(codec: Any, bit: int) -> _Col:
-    return _decimal_column(codec.col, bit)
+def plan_decimal(codec: Any, bit: int, iso: bool = False) -> _Col:
+    return _decimal_column(codec.col, bit, iso)
 
 
-def plan_datetime2(codec: Any, bit: int) -> _Col:
-    """A whole column at a time with numpy (vectorized.datetime2_texts); `one` (by cached date and time of day)
-    converts a column holding a value the vector path does not format."""
+def plan_datetime2(codec: Any, bit: int, iso: bool = False) -> _Col:
+    """A whole column at a time with numpy (vectorized.datetime2_texts; iso: as a TextColumn); `one` (by cached date
+    and time of day) converts a column holding a value the vector path does not format."""
     col = codec.col
     fsp = col.meta
     size = 5 + (fsp + 1) // 2
@@ -258,13 +259,13 @@ def plan_datetime2(codec: Any, bit: int) -> _Col:
         return text + fracs(raw[5:]) if fracs else text
 
     def vec(f):
-        values = datetime2_texts(f[0], fsp)
+        values = datetime2_texts(f[0], fsp, iso)
         return values if values is not None else list(map(one, f[0]))
 
     return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
 
 
-def plan_timestamp2(codec: Any, bit: int) -> _Col:
+def plan_timestamp2(codec: Any, bit: int, iso: bool = False) -> _Col:
     """A whole column at a time with numpy (vectorized.timestamp2_texts); `one` as plan_datetime2's."""
     col = codec.col
     fsp = col.meta
@@ -276,7 +277,7 @@ def plan_timestamp2(codec: Any, bit: int) -> _Col:
         return stamps(raw[:4]) + fracs(raw[4:]) if fracs else stamps(raw)
 
     def vec(f):
-        values = timestamp2_texts(f[0], fsp)
+        values = timestamp2_texts(f[0], fsp, iso)
         return values if values is not None else list(map(one, f[0]))
 
     return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
@@ -330,7 +331,7 @@ def plan_bytes(codec: Any, bit: int) -> _Col:
     return _Col(codec.col.index, bit, None, codec.prefix, _first, _same)
 
 
-def plan_date(codec: Any, bit: int) -> _Col:
+def plan_date(codec: Any, bit: int, iso: bool = False) -> _Col:
     """DATE, a whole column at a time with numpy (vectorized.date_texts)."""
     reference = codec.decode
 
@@ -338,7 +339,7 @@ def plan_date(codec: Any, bit: int) -> _Col:
         return reference(raw, 0)[0]
 
     def vec(f):
-        values = date_texts(f[0])
+        values = date_texts(f[0], iso)
         return values if values is not None else list(map(one, f[0]))
 
     return _whole(_Col(codec.col.index, bit, ["3s"], 0, vec, one))
@@ -379,7 +380,7 @@ def plan_cached(codec: Any, bit: int) -> _Col:
     return _Col(codec.col.index, bit, [f"{codec.width}s"], 0, vec, one)
 
 
-def _decimal_column(col: Column, bit: int) -> _Col:
+def _decimal_column(col: Column, bit: int, iso: bool = False) -> _Col:
     """DECIMAL(p,s), a whole column at a time with numpy (vectorized.decimal_values): no cache to miss when
     values never repeat. A column with a digit group out of range is converted value by value, which raises."""
     p, s = col.precision, col.scale
@@ -387,10 +388,20 @@ def _decimal_column(col: Column, bit: int) -> _Col:
     one = make_fast_decimal(p, s)
 
     def vec(f):
-        values = decimal_values(f[0], groups, n_int, size, s)
+        values = decimal_values(f[0], groups, n_int, size, s, iso)
         return values if values is not None else list(map(one, f[0]))
 
     return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
+
+
+# Planners with a text form (EventPlan's `text`: vectorized.TextColumn for columns whose values all format).
+_ISO_PLANNERS = {plan_decimal, plan_datetime2, plan_timestamp2, plan_date}
+
+
+def _plan(codec: Any, bit: int, text: bool) -> _Col:
+    if text and codec.wrapped is None and codec.spec is not None and codec.spec.columnar in _ISO_PLANNERS:
+        return codec.spec.columnar(codec, bit, iso=True)
+    return codec.plan(bit)
 
 
 class _Layout:
@@ -449,12 +460,14 @@ MAX_INLINED = 8  # NULL patterns a generated walker tests inline
 class EventPlan:
     """Column-at-a-time decoding of the images of one table map with one columns-present bitmap."""
 
-    def __init__(self, table: TableMap, present: int, codecs: list) -> None:
-        """`codecs`: the table's columns as coltypes.ColumnCodec (each plans its own column)."""
+    def __init__(self, table: TableMap, present: int, codecs: list, text: bool = False) -> None:
+        """`codecs`: the table's columns as coltypes.ColumnCodec (each plans its own column). `text`: DECIMAL and
+        DATE/DATETIME/TIMESTAMP columns whose values all format come as vectorized.TextColumn (DecodeOptions
+        .text_values)."""
         cols = [c for c in table.columns if present >> c.index & 1]
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
-        self.cols = [codecs[c.index].plan(1 << i) for i, c in enumerate(cols)]
+        self.cols = [_plan(codecs[c.index], 1 << i, text) for i, c in enumerate(cols)]
         # Events of this plan wait to be converted together only when a column converts a whole column with numpy
         # (for the others, joining and cutting the events' columns costs more than it saves).
         self.groups = any(c.whole for c in self.cols)
@@ -632,10 +645,13 @@ class EventPlan:
                 elif k == 1:
                     # Convert the present values as a column, then put them back between the NULLs.
                     present = list(map(not_, map(and_, nulls, repeat(bit))))
-                    vals = [None] * n
-                    deque(map(vals.__setitem__, compress(range(n), present),
-                              c.vec([list(compress(flat[i::stride], present))])), 0)
-                    out[c.index] = vals
+                    got = c.vec([list(compress(flat[i::stride], present))])
+                    if type(got) is TextColumn:
+                        out[c.index] = got.spread(present)
+                    else:
+                        vals = [None] * n
+                        deque(map(vals.__setitem__, compress(range(n), present), got), 0)
+                        out[c.index] = vals
                 else:
                     fields = [flat[i + j::stride] for j in range(k)]
                     out[c.index] = [None if m & bit else one(*v) for m, *v in zip(nulls, *fields, strict=True)]
@@ -655,7 +671,8 @@ class EventPlan:
             for a in self.absent:
                 out[a] = [ABSENT] * n
         for j, vals in enumerate(out):
-            if type(vals) is not list and type(vals) is not tuple:  # a one-shot iterator from a converter
+            if type(vals) is not list and type(vals) is not tuple and type(vals) is not TextColumn:
+                # a one-shot iterator from a converter
                 out[j] = list(vals)
         return out
 

@@ -171,6 +171,9 @@ class DecodeOptions:
     allow_truncated: bool = False
     table_resolver: TableResolver | None = None
     on_schema_mismatch: str = "stop"  # or "skip": leave the table out, reporting every skipped event
+    # DECIMAL and DATE/DATETIME/TIMESTAMP columns of the columnar path as vectorized.TextColumn (their lake text, no
+    # Python object per value) where every value of the column formats; the Kafka sink's decoding.
+    text_values: bool = False
 
 
 @dataclass
@@ -764,7 +767,7 @@ class _FileState:
                     dec = SKIPPED
             if dec is None and wanted:
                 try:
-                    dec = RowImageDecoder(tm)
+                    dec = RowImageDecoder(tm, text=self.opts.text_values)
                 except ValueError_ as exc:  # a column type or its metadata this decoder cannot decode
                     dec = _Unreadable(str(exc), ev.pos)
             elif not wanted:

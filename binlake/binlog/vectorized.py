@@ -7,10 +7,18 @@ when some value is outside what the vector path formats (a year past 9999, a neg
 a DECIMAL digit group out of range): the caller then converts that column value by value, which formats or
 rejects such values as before. The work is a fixed number of numpy operations per column, whatever the values:
 no cache to miss. Texts are written as ASCII digits into one byte matrix and decoded by one C-level map.
+
+With `iso=True` (the Kafka sink's decoding, DecodeOptions.text_values) DATE/DATETIME/TIMESTAMP and DECIMAL come as a
+TextColumn instead: the column's JSON-ready text (ISO 8601 with six fraction digits, `Z` for TIMESTAMP; DECIMAL with
+its scale) in one buffer, no Python object per value, exactly the text the lake's Arrow value formats to. Only
+columns whose every value is a valid calendar date and time (year 1..9999) are written so: any other value (a
+zero or partial date, February 30) returns None, and the caller makes the column's usual values, which the lake
+converts (zero dates to null) or rejects as it always does.
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from .rowcodegen import _DECIMAL_CONTEXT
@@ -89,6 +97,102 @@ def _datetime_texts(year, month, day, hour, minute, second, frac, fsp: int) -> l
     return _texts(out)
 
 
+class TextColumn:
+    """A column's values as text in one buffer: `data` (uint8) and `offsets` (int64, len + 1, value i is
+    data[offsets[i]:offsets[i + 1]]), `valid` (bool per value, None: no NULL). Sliced without copying; iterating
+    gives str (None for NULL). The lake turns it into an Arrow string array without a Python object per value."""
+
+    __slots__ = ("data", "offsets", "valid")
+
+    def __init__(self, data, offsets, valid=None) -> None:
+        self.data = data
+        self.offsets = offsets
+        self.valid = valid
+
+    @classmethod
+    def fixed(cls, out: np.ndarray) -> TextColumn:
+        """From an (n, width) matrix of ASCII rows."""
+        n, width = out.shape
+        return cls(out.reshape(-1), np.arange(0, (n + 1) * width, width, dtype=_I64))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return list(self)[i]
+            stop = max(start, stop)
+            return TextColumn(self.data, self.offsets[start:stop + 1],
+                              None if self.valid is None else self.valid[start:stop])
+        if i < 0:
+            i += len(self)
+        if self.valid is not None and not self.valid[i]:
+            return None
+        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes().decode()
+
+    def __iter__(self):
+        raw = self.data.tobytes()
+        ends = self.offsets.tolist()
+        texts = [raw[a:b].decode() for a, b in pairwise(ends)]
+        if self.valid is not None:
+            texts = [t if v else None for t, v in zip(texts, self.valid.tolist(), strict=True)]
+        return iter(texts)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == (list(other) if isinstance(other, (TextColumn, list, tuple)) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TextColumn({list(self)!r})"
+
+    def spread(self, present: list) -> TextColumn:
+        """This column's values at the places `present` marks, NULL elsewhere."""
+        mask = np.asarray(present, dtype=bool)
+        at = np.concatenate([np.zeros(1, dtype=_I64), np.cumsum(mask, dtype=_I64)])
+        return TextColumn(self.data, self.offsets[at], mask)
+
+
+_DAYS_IN = None
+
+
+def _valid_dates(year, month, day) -> bool:
+    """Whether every (year, month, day) is a real calendar date of years 1..9999."""
+    global _DAYS_IN
+    if _DAYS_IN is None:
+        _DAYS_IN = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31, 0, 0, 0], dtype=_I64)
+    if not len(year):
+        return True
+    if year.min() < 1 or year.max() > 9999 or month.min() < 1 or month.max() > 12 or day.min() < 1:
+        return False
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    return bool((day <= _DAYS_IN[month] + (leap & (month == 2))).all())
+
+
+_ISO = b"0000-00-00T00:00:00.000000Z"
+
+
+def _iso_column(year, month, day, hour, minute, second, frac, fsp: int, zone: bool) -> TextColumn | None:
+    """'YYYY-MM-DDTHH:MM:SS.ffffff' (six fraction digits; `zone`: a trailing Z) for valid values, else None."""
+    if not _valid_dates(year, month, day) or (len(hour) and (hour.max() > 23 or minute.max() > 59
+                                                             or second.max() > 59)):
+        return None
+    width = 27 if zone else 26
+    out = np.empty((len(year), width), dtype=_U8)
+    out[:] = np.frombuffer(_ISO[:width], dtype=_U8)
+    _digits(out, 0, year, 4)
+    out[:, 5:7] = _D2[month]
+    out[:, 8:10] = _D2[day]
+    out[:, 11:13] = _D2[hour]
+    out[:, 14:16] = _D2[minute]
+    out[:, 17:19] = _D2[second]
+    if fsp:
+        _digits(out, 20, frac, fsp)
+    return TextColumn.fixed(out)
+
+
 def _frac_bytes(fsp: int) -> tuple[int, int]:
     return {0: (0, 0), 1: (1, 10000), 2: (1, 10000), 3: (2, 100), 4: (2, 100), 5: (3, 1), 6: (3, 1)}[fsp]
 
@@ -105,8 +209,8 @@ def _fraction(m: np.ndarray, at: int, fsp: int, signed: bool) -> np.ndarray | No
     return v
 
 
-def datetime2_texts(raws, fsp: int) -> list[str] | None:
-    """DATETIME2(fsp) fields (5 bytes + fraction) -> 'YYYY-MM-DD HH:MM:SS[.f]'."""
+def datetime2_texts(raws, fsp: int, iso: bool = False) -> list[str] | TextColumn | None:
+    """DATETIME2(fsp) fields (5 bytes + fraction) -> 'YYYY-MM-DD HH:MM:SS[.f]' (iso: a TextColumn, see above)."""
     _load()
     nb = (fsp + 1) // 2
     m = _matrix(raws, 5 + nb)
@@ -122,6 +226,8 @@ def datetime2_texts(raws, fsp: int) -> list[str] | None:
         frac = _fraction(m, 5, fsp, signed=True)
         if frac is None:
             return None
+    if iso:
+        return _iso_column(year, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, frac, fsp, False)
     return _datetime_texts(year, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, frac, fsp)
 
 
@@ -139,8 +245,9 @@ def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return year, month, day
 
 
-def timestamp2_texts(raws, fsp: int) -> list[str] | None:
-    """TIMESTAMP2(fsp) fields (4 bytes of epoch seconds + fraction) -> UTC text; second 0 is the zero date."""
+def timestamp2_texts(raws, fsp: int, iso: bool = False) -> list[str] | TextColumn | None:
+    """TIMESTAMP2(fsp) fields (4 bytes of epoch seconds + fraction) -> UTC text; second 0 is the zero date (iso: a
+    TextColumn ending in Z, see above; None when a value is the zero date)."""
     _load()
     nb = (fsp + 1) // 2
     m = _matrix(raws, 4 + nb)
@@ -153,37 +260,45 @@ def timestamp2_texts(raws, fsp: int) -> list[str] | None:
     days, rest = np.divmod(secs, 86400)
     year, month, day = _civil(days)
     zero = secs == 0
+    if iso:
+        return None if zero.any() else _iso_column(year, month, day, rest // 3600, rest // 60 % 60, rest % 60, frac,
+                                                   fsp, True)
     if zero.any():
         year, month, day = np.where(zero, 0, year), np.where(zero, 0, month), np.where(zero, 0, day)
     return _datetime_texts(year, month, day, rest // 3600, rest // 60 % 60, rest % 60, frac, fsp)
 
 
-def date_texts(raws) -> list[str] | None:
-    """DATE fields (3 bytes little-endian: year << 9 | month << 5 | day) -> 'YYYY-MM-DD'."""
+def date_texts(raws, iso: bool = False) -> list[str] | TextColumn | None:
+    """DATE fields (3 bytes little-endian: year << 9 | month << 5 | day) -> 'YYYY-MM-DD' (iso: a TextColumn of
+    valid dates only, see above)."""
     _load()
     m = _matrix(raws, 3)
     v = m[:, 0].astype(_I64) | m[:, 1].astype(_I64) << 8 | m[:, 2].astype(_I64) << 16
     year = v >> 9
     if len(v) and year.max() > 9999:
         return None
+    if iso and not _valid_dates(year, (v >> 5) & 15, v & 31):
+        return None
     out = np.empty((len(v), 10), dtype=_U8)
     out[:] = np.frombuffer(b"0000-00-00", dtype=_U8)
     _digits(out, 0, year, 4)
     out[:, 5:7] = _D2[(v >> 5) & 15]
     out[:, 8:10] = _D2[v & 31]
-    return _texts(out)
+    return TextColumn.fixed(out) if iso else _texts(out)
 
 
-def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, scale: int) -> list | None:
+def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, scale: int, iso: bool = False
+                   ) -> list | TextColumn | None:
     """DECIMAL fields -> Decimal with exactly `scale` digits after the point (groups: (bytes, digits) in storage
     order, the first n_int of them integer digits). Each value is written as fixed-width text ('+000123.45') and
-    parsed by the decimal module in C; when values repeat, only the distinct ones are made."""
+    parsed by the decimal module in C; when values repeat, only the distinct ones are made. iso: a TextColumn of
+    that text as the lake writes a DECIMAL ('123.45', '-0.50', '0': no '+', no leading zero but the units')."""
     _load()
     m = _matrix(raws, size)
     n = len(m)
     if not n:
         return []
-    if n > 64 and size <= 8:
+    if n > 64 and size <= 8 and not iso:
         keys = _be(m, 0, size)
         sample = keys[:1024]
         if len(np.unique(sample)) * 2 < len(sample):  # mostly repeating: convert each distinct value once
@@ -225,7 +340,27 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
         col += nd
     lead = min(lead, int_digits - 1) if int_digits else 0  # one integer digit stays, even a zero
     out[:, lead] = np.where(negative & nonzero, ord("-"), ord("+"))
+    if iso:
+        return _decimal_text(out[:, lead:], int_digits - lead, negative & nonzero)
     return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out[:, lead:] if lead else out)))
+
+
+def _decimal_text(out: np.ndarray, int_digits: int, minus: np.ndarray) -> TextColumn:
+    """The fixed-width texts ('+000123.45') without the '+' and the integer part's leading zeros (its units digit
+    kept; '0' added when the type has no integer digit), as one buffer."""
+    n, width = out.shape
+    if int_digits == 0:  # DECIMAL(s,s): '+.05' -> '+0.05'
+        out = np.concatenate([out[:, :1], np.full((n, 1), ord("0"), dtype=_U8), out[:, 1:]], axis=1)
+        int_digits, width = 1, width + 1
+    zeros = np.cumprod(out[:, 1:int_digits] == ord("0"), axis=1, dtype=_I64).sum(axis=1) if int_digits > 1 else \
+        np.zeros(n, dtype=_I64)
+    keep = np.ones((n, width), dtype=bool)
+    keep[:, 0] = minus
+    keep[:, 1:int_digits] = np.arange(int_digits - 1) >= zeros[:, None]
+    lengths = keep.sum(axis=1, dtype=_I64)
+    offsets = np.zeros(n + 1, dtype=_I64)
+    np.cumsum(lengths, out=offsets[1:])
+    return TextColumn(out[keep], offsets)
 
 
 def time2_texts(raws, fsp: int) -> list[str] | None:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,6 +36,7 @@ from ..binlog.coltypes import arrow_spelling, value_kind
 from ..binlog.rows import JsonPatch
 from ..binlog.tablemap import Column
 from ..binlog.values import ABSENT, vector_floats
+from ..binlog.vectorized import TextColumn
 
 UINT64_DECIMAL = pa.decimal128(20, 0)
 VECTOR = pa.list_(pa.field("element", pa.float32()))  # Delta's (Parquet's) name for a list's items
@@ -81,6 +83,57 @@ def to_arrow(values: Sequence[Any], col: Column, where: str, stats: ConversionSt
         return _plain(values, col, typ)
     except (_NotPlain, pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return _careful(values, col, typ, where, stats)
+
+
+TEXT_KINDS = frozenset({ct.DECIMAL, ct.DATE, ct.DATETIME, ct.TIMESTAMP})  # given as text by to_text
+
+
+def value_text(arr: pa.Array) -> pa.Array:
+    """A DECIMAL, DATE or TIMESTAMP column of the lake's types as the text of its values: the DECIMAL with its scale
+    (`12.50`), `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM:SS.ffffff` (six fraction digits; a zone-aware one as its UTC wall time
+    with `Z`); null stays null, anything else (DECIMAL(p>38) is already text) is returned as it is."""
+    t = arr.type
+    if pa.types.is_decimal(t):
+        text = arr.cast(pa.string())
+        if t.scale > 6:  # Arrow writes |values| under 1e-6 in exponent form ('1E-9'): those in plain form
+            sci = pc.fill_null(pc.match_substring(text, "E"), False)
+            if pc.any(sci).as_py():
+                plain = [format(v, "f") for v in arr.filter(sci).to_pylist()]
+                text = pc.replace_with_mask(text, sci, pa.array(plain, pa.string()))
+        return text
+    if pa.types.is_date(t):
+        return arr.cast(pa.string())
+    if pa.types.is_timestamp(t):
+        text = pc.replace_substring(arr.cast(pa.timestamp(t.unit)).cast(pa.string()), " ", "T", max_replacements=1)
+        return pc.binary_join_element_wise(text, "Z", "") if t.tz is not None else text
+    return arr
+
+
+def _arrow_text(column: TextColumn) -> pa.Array:
+    n = len(column)
+    valid = None if column.valid is None else pa.py_buffer(np.packbits(column.valid, bitorder="little"))
+    nulls = 0 if column.valid is None else n - int(column.valid.sum())
+    return pa.Array.from_buffers(pa.large_string(), n, [valid, pa.py_buffer(column.offsets),
+                                                         pa.py_buffer(column.data)], nulls).cast(pa.string())
+
+
+def to_text(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: ConversionStats) -> pa.Array:
+    """A TEXT_KINDS column's values, given as consecutive parts (value lists, or decoder TextColumns: DecodeOptions
+    .text_values), as one string array of value_text's text: TextColumns as they are (the decoder wrote that text),
+    lists through to_arrow (the lake's conversion, zero dates to null) and value_text."""
+    arrays: list[pa.Array] = []
+    values: list = []
+    for part in parts:
+        if type(part) is TextColumn:
+            if values:
+                arrays.append(value_text(to_arrow(values, col, where, stats)))
+                values = []
+            arrays.append(_arrow_text(part))
+        else:
+            values.extend(part)
+    if values or not arrays:
+        arrays.append(value_text(to_arrow(values, col, where, stats)))
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
 def _plain(values: Sequence[Any], col: Column, typ: pa.DataType) -> pa.Array:

@@ -132,16 +132,17 @@ def cyclic_gc_paused() -> Iterator[None]:
 def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
                  resolver=None, tables=None, databases=None,
                  progress: Callable[[int], None] | None = None, stage: str | None = None,
-                 keep_bytes: int | None = None) -> RangeResult:
+                 keep_bytes: int | None = None, text: bool = False) -> RangeResult:
     """Decode [start, stop) of one file (whole transactions only) into per-table history rows. `progress` is
     told the position reached (end of the last committed transaction), about every MiB. With `stage` (a batch's
     staging folder, binlake.lake.staging) the rows are written there as Parquet pieces and the result carries
     only their manifests; pieces are written as soon as the range holds more than KEEP_BYTES of them, so memory
     stays bounded whatever the range or a transaction holds. With `stage` and `keep_bytes` (the in-process
-    executors), the rows stay Arrow in the result unless they outgrow `keep_bytes`: then the range is staged."""
+    executors), the rows stay Arrow in the result unless they outgrow `keep_bytes`: then the range is staged.
+    `text` (the Kafka sink): DECIMAL and DATE/DATETIME/TIMESTAMP columns as their text (history_table's `text`)."""
     with cyclic_gc_paused():
         return _decode_range(path, name, file_seq, start, stop, batch_id, resolver, tables, databases, progress,
-                             stage, keep_bytes)
+                             stage, keep_bytes, text)
 
 
 def in_process(tasks: list, decode: Callable[..., RangeResult], stage: str | None) -> list[RangeResult]:
@@ -198,10 +199,10 @@ def tracked_executor(report: Callable[[int, int], None]) -> Callable:
 
 def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: int | None, batch_id: int,
                   resolver, tables, databases, progress: Callable[[int], None] | None,
-                  stage: str | None = None, keep_bytes: int | None = None) -> RangeResult:
+                  stage: str | None = None, keep_bytes: int | None = None, text: bool = False) -> RangeResult:
     opts = DecodeOptions(start_position=start if start and start > 4 else None, stop_position=stop, commits=True,
                          table_resolver=resolver, tables=tables, databases=databases, allow_truncated=False,
-                         on_schema_mismatch="skip")  # one table's mismatch holds back that table only
+                         on_schema_mismatch="skip", text_values=text)  # one table's mismatch holds back that table only
     decoder = BinlogDecoder(opts)
     result = RangeResult(name, file_seq, start or 4, start or 4, "", False)
     pending: list[RowBatch] = []  # rows events of the open transaction
@@ -302,7 +303,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             for item in items:
                 ops[item.batch.op] += len(item.batch.pairs)
             try:
-                piece = history_table(items, batch_id, result.conversions)
+                piece = history_table(items, batch_id, result.conversions, text)
             except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
                 hold(table, f"{type(exc).__name__}: {exc}", items[0].batch.pos)
                 continue
@@ -323,7 +324,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
             if table in result.held:
                 continue
             try:
-                piece = history_table(items, batch_id, result.conversions)
+                piece = history_table(items, batch_id, result.conversions, text)
             except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
                 hold(table, f"{type(exc).__name__}: {exc}", items[0].batch.pos)
                 continue

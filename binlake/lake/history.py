@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..binlog.coltypes import value_kind
 from ..binlog.tablemap import TableMap
-from .convert import ConversionStats, arrow_type, to_arrow
+from ..binlog.vectorized import TextColumn
+from .convert import TEXT_KINDS, ConversionStats, arrow_type, to_arrow, to_text
 
 META_FIELDS = [
     pa.field("_op", pa.string(), nullable=False),
@@ -48,8 +50,11 @@ class CommittedBatch:
     file_seq: int
 
 
-def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: ConversionStats) -> pa.Table:
-    """History rows for rows events that share one TABLE_MAP layout (same table, same schema version)."""
+def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: ConversionStats, text: bool = False
+                  ) -> pa.Table:
+    """History rows for rows events that share one TABLE_MAP layout (same table, same schema version). `text` (the
+    Kafka sink's rows): DECIMAL and DATE/DATETIME/TIMESTAMP columns as the text of the lake's values
+    (convert.value_text), taking the decoder's TextColumns as they come (DecodeOptions.text_values)."""
     if not items:
         raise ValueError("no changes")
     tm: TableMap = items[0].batch.table
@@ -73,19 +78,25 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
                 out.append(col)
         has_before.append(present)
     where = tm.qualified_name
-    columns = {col.key: _column(rows[col.index], n, col, f"{where}.{col.key}", stats) for col in tm.columns}
-    before_fields = [pa.field(col.key, arrow_type(col)) for col in tm.columns]
+    as_text = {col.index for col in tm.columns if text and value_kind(col) in TEXT_KINDS}
+
+    def convert(parts: list, count: int, col) -> pa.Array:
+        if col.index in as_text or (text and any(type(p) is TextColumn for p in parts)):  # (TextColumn: UTF-8 text)
+            return to_text(parts, col, f"{where}.{col.key}", stats)
+        return _column(parts, count, col, f"{where}.{col.key}", stats)
+
+    columns = {col.key: convert(rows[col.index], n, col) for col in tm.columns}
+    before_fields = [pa.field(col.key, pa.string() if col.index in as_text else arrow_type(col)) for col in tm.columns]
     per_row = np.concatenate(has_before) if has_before else np.zeros(0, bool)
     if per_row.all() and n:
         # Every row has a before image (updates only): the images are the struct's rows as they are, and a column
         # the updates left as it was (the decoder hands the same values) is the after column's array again.
         children = [columns[col.key] if _same(rows[col.index], befores[col.index])
-                    else _column(befores[col.index], n, col, f"{where}.{col.key}", stats) for col in tm.columns]
+                    else convert(befores[col.index], n, col) for col in tm.columns]
         columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields)
     elif per_row.any():
         # Only update rows have a before image: convert those, then spread them over all rows (null elsewhere).
-        children = [_column(befores[col.index], int(per_row.sum()), col, f"{where}.{col.key}", stats)
-                    for col in tm.columns]
+        children = [convert(befores[col.index], int(per_row.sum()), col) for col in tm.columns]
         at = np.cumsum(per_row) - 1
         spread = pa.array(at, pa.int64(), mask=~per_row)
         columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields).take(spread)
@@ -115,7 +126,8 @@ def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.
 def _same(after: list, before: list) -> bool:
     """Whether the events' after and before values of a column are the very same objects (the decoder hands the
     values of a column an update left unchanged to both images, unless they are plain numbers)."""
-    return all(len(a) == len(b) and all(map(is_, a, b)) for a, b in zip(after, before, strict=True))
+    return all(a.same(b) if type(a) is TextColumn else type(b) is not TextColumn and len(a) == len(b) and
+               all(map(is_, a, b)) for a, b in zip(after, before, strict=True))
 
 
 def _event_columns(batch: Any, k: int, where: str) -> tuple[list, list | None, np.ndarray]:

@@ -50,6 +50,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from .. import __version__
 from ..binlog.api import sequence_number
 from ..exitcodes import ExitCode, UnavailableError, UsageError
+from ..lake.convert import value_text
 from ..lake.decode_task import RangeResult, decode_range
 from ..lake.split import plan_ranges, transaction_starts
 from ..schema.api import build_resolver
@@ -187,7 +188,7 @@ def value_parts(arr) -> tuple:
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
         parts: tuple = (arr.cast(pa.string()),)
     elif pa.types.is_decimal(t) or pa.types.is_date(t):
-        parts = ('"', arr.cast(pa.string()), '"')
+        parts = ('"', value_text(arr), '"')
     elif pa.types.is_timestamp(t):  # a zone-aware (UTC) one is written as its UTC wall time with Z
         text = pc.replace_substring(arr.cast(pa.timestamp(t.unit)).cast(pa.string()), " ", "T", max_replacements=1)
         parts = ('"', text, '"' if t.tz is None else 'Z"')
@@ -765,7 +766,7 @@ class KafkaPublisher:
                     for slice_start, slice_stop in _slices(starts, range_start, stop, opts.slice_bytes):
                         t0, c0 = time.perf_counter(), time.process_time()
                         result = decode_range(path, name, seq, slice_start, slice_stop, self._batch + 1, resolver,
-                                              opts.tables, opts.databases)
+                                              opts.tables, opts.databases, text=True)
                         _add(summary, "decode", t0, c0)
                         fresh = {t: h for t, h in result.held.items() if t not in held}
                         for table, hold in sorted(fresh.items()):
@@ -840,7 +841,8 @@ class KafkaPublisher:
                       if limit is None or a < limit]
             ranges = [(a, min(b, limit) if limit is not None and b is not None else b) for a, b in ranges]
             for range_start, stop in ranges:
-                result = decode_range(path, name, seq, range_start, stop, self._batch + 1, resolver, only, None)
+                result = decode_range(path, name, seq, range_start, stop, self._batch + 1, resolver, only, None,
+                                      text=True)
                 if result.held:
                     error = result.held[table]
                     raise HeldTables(f"--release {table}: still {error['error']} ({error['file']}:{error['pos']}); "
