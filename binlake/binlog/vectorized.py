@@ -119,8 +119,8 @@ class TextColumn:
         return len(self.offsets) - 1
 
     def __getitem__(self, i):
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
+        if type(i) is slice:
+            start, stop, step = i.indices(len(self.offsets) - 1)
             if step != 1:
                 return list(self)[i]
             stop = max(start, stop)
@@ -147,6 +147,26 @@ class TextColumn:
 
     def __repr__(self) -> str:
         return f"TextColumn({list(self)!r})"
+
+    @staticmethod
+    def join(parts: list[TextColumn]) -> TextColumn:
+        """The columns one after the other, as one (slices of one column that follow each other share its data)."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        if all(p.data is first.data for p in parts) and all(
+                a.offsets[-1] == b.offsets[0] for a, b in pairwise(parts)):
+            offsets = np.concatenate([first.offsets, *(p.offsets[1:] for p in parts[1:])])
+            data = first.data
+        else:
+            data = np.concatenate([p.data[p.offsets[0]:p.offsets[-1]] for p in parts])
+            ends = np.cumsum([0] + [int(p.offsets[-1] - p.offsets[0]) for p in parts])
+            offsets = np.concatenate([np.zeros(1, dtype=_I64),
+                                      *(p.offsets[1:] - p.offsets[0] + at for p, at in zip(parts, ends, strict=False))])
+        valid = None
+        if any(p.valid is not None for p in parts):
+            valid = np.concatenate([p.valid if p.valid is not None else np.ones(len(p), dtype=bool) for p in parts])
+        return TextColumn(data, offsets, valid)
 
     def spread(self, present: list) -> TextColumn:
         """This column's values at the places `present` marks, NULL elsewhere."""

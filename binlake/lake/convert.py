@@ -109,12 +109,19 @@ def value_text(arr: pa.Array) -> pa.Array:
     return arr
 
 
-def _arrow_text(column: TextColumn) -> pa.Array:
+def _arrow_text(parts: list[TextColumn]) -> pa.Array:
+    """Decoder TextColumns, one after the other, as one string array (no copy of the text when they are slices
+    of one column that follow each other)."""
+    column = TextColumn.join(parts)
     n = len(column)
     valid = None if column.valid is None else pa.py_buffer(np.packbits(column.valid, bitorder="little"))
     nulls = 0 if column.valid is None else n - int(column.valid.sum())
-    return pa.Array.from_buffers(pa.large_string(), n, [valid, pa.py_buffer(column.offsets),
-                                                         pa.py_buffer(column.data)], nulls).cast(pa.string())
+    offsets = column.offsets
+    typ = pa.large_string()
+    if offsets[-1] < 1 << 31:
+        offsets, typ = offsets.astype(np.int32), pa.string()
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets), pa.py_buffer(column.data)], nulls
+                                 ).cast(pa.string())
 
 
 def to_text(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: ConversionStats) -> pa.Array:
@@ -122,15 +129,21 @@ def to_text(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: Conv
     .text_values), as one string array of value_text's text: TextColumns as they are (the decoder wrote that text),
     lists through to_arrow (the lake's conversion, zero dates to null) and value_text."""
     arrays: list[pa.Array] = []
-    values: list = []
+    values: list = []  # list parts in a row
+    texts: list[TextColumn] = []  # TextColumns in a row
     for part in parts:
         if type(part) is TextColumn:
             if values:
                 arrays.append(value_text(to_arrow(values, col, where, stats)))
                 values = []
-            arrays.append(_arrow_text(part))
+            texts.append(part)
         else:
+            if texts:
+                arrays.append(_arrow_text(texts))
+                texts = []
             values.extend(part)
+    if texts:
+        arrays.append(_arrow_text(texts))
     if values or not arrays:
         arrays.append(value_text(to_arrow(values, col, where, stats)))
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
