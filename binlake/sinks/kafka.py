@@ -49,8 +49,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .. import __version__
 from ..binlog.api import sequence_number
+from ..binlog.coltypes import value_kind
 from ..exitcodes import ExitCode, UnavailableError, UsageError
-from ..lake.convert import value_text
+from ..lake.convert import TEXT_KINDS, value_text
 from ..lake.decode_task import RangeResult, cyclic_gc_paused, decode_range
 from ..lake.split import plan_ranges, transaction_starts
 from ..schema.api import build_resolver
@@ -176,17 +177,23 @@ def _json_strings(arr) -> pa.Array:
     return parts[0] if len(parts) == 1 else _join(*parts)
 
 
-def value_parts(arr) -> tuple:
+def value_parts(arr, plain: bool = False) -> tuple:
     """One column as JSON text per row, as join parts: literal strings and arrays whose concatenation is each row's
     JSON value (`null` for nulls), by the lake's value mapping: integers and floats as numbers, DECIMAL (and BIGINT
     UNSIGNED, BIT(64)) as strings, DATE `YYYY-MM-DD`, DATETIME `YYYY-MM-DDTHH:MM:SS.ffffff`, TIMESTAMP the same in
     UTC with `Z`, TIME and text as strings, binary as base64, VECTOR as an array of numbers. Quotes around a column
-    without nulls are literal parts (they merge with the literals around them: no pass of their own)."""
+    without nulls are literal parts (they merge with the literals around them: no pass of their own); a column of
+    nulls only is the literal `null`. `plain`: text known to need no JSON escape (the decoder's DECIMAL and
+    temporal text, history_table's `text`)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if len(arr) and arr.null_count == len(arr):
+        return ("null",)
     t = arr.type
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        parts: tuple = (arr.cast(pa.string()),)
+    if plain and pa.types.is_string(t):
+        parts: tuple = ('"', arr, '"')
+    elif pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        parts = (arr.cast(pa.string()),)
     elif pa.types.is_decimal(t) or pa.types.is_date(t):
         parts = ('"', value_text(arr), '"')
     elif pa.types.is_timestamp(t):  # a zone-aware (UTC) one is written as its UTC wall time with Z
@@ -207,8 +214,7 @@ def value_parts(arr) -> tuple:
 
 def json_fragments(arr) -> pa.Array:
     """One column as JSON text per row (`null` for nulls): see value_parts."""
-    parts = value_parts(arr)
-    return parts[0] if len(parts) == 1 else _join(*parts)
+    return _join(*value_parts(arr), rows=len(arr))
 
 
 def _take(parts: tuple, how: str, rows: pa.Array) -> tuple:
@@ -229,8 +235,9 @@ def _object_parts(names: Sequence[str], fragments: Sequence[tuple]) -> list:
     return parts
 
 
-def _join(*parts) -> pa.Array:
-    """Concatenate literal strings and per-row strings (adjacent literals merged first)."""
+def _join(*parts, rows: int | None = None) -> pa.Array:
+    """Concatenate literal strings and per-row strings (adjacent literals merged first); `rows`: the row count, for
+    parts that may all be literals (a column of nulls only is one)."""
     merged: list = []
     for part in parts:
         if isinstance(part, pa.Scalar):
@@ -240,7 +247,9 @@ def _join(*parts) -> pa.Array:
         else:
             merged.append(part)
     if all(isinstance(p, str) for p in merged):
-        raise ValueError("nothing per row to join")
+        if rows is None:
+            raise ValueError("nothing per row to join")
+        return pa.repeat(pa.scalar("".join(merged)), rows)
     return pc.binary_join_element_wise(*[pa.scalar(p) if isinstance(p, str) else p for p in merged],
                                        pa.scalar(""))
 
@@ -411,21 +420,23 @@ class Encoder:
         return out
 
     def _source_parts(self, db: str, table: str, part: pa.Table, server_ids: _ServerIds) -> list:
-        """The source block's parts: all but the row and sub are the same for every row of one rows event, so they
-        are written once per event and repeated (by take) for its rows."""
+        """The source block's parts: literal text between per-row columns (server_id, ts_ms, gtid, pos, row, sub),
+        all of them joined once with the rest of the event."""
         pos = part.column("_pos").to_numpy()
-        uniq, first, inverse = np.unique(pos, return_index=True, return_inverse=True)
-        events = part.take(pa.array(first))
-        sid = pa.array(server_ids.at(uniq)).cast(pa.string())
-        ts = pc.divide(events.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
-        gtid = pc.fill_null(_json_strings(events.column("_gtid")), "null")
+        uniq, inverse = np.unique(pos, return_inverse=True)
+        sid = pa.array(server_ids.at(uniq)[inverse.reshape(-1)]).cast(pa.string())
+        ts = pc.divide(part.column("_commit_ts").cast(pa.int64()), 1000).cast(pa.string())
+        gtid = part.column("_gtid").combine_chunks()
+        if gtid.null_count:
+            gtid_parts: tuple = (pc.fill_null(_json_strings(gtid), "null"),)
+        else:
+            gtid_parts = _json_text(gtid)
         file = json.dumps(part.column("_binlog_file")[0].as_py(), ensure_ascii=False)
-        head = _join('{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json +
-                     ',"server_id":', sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' +
-                     json.dumps(db, ensure_ascii=False) + ',"table":' + json.dumps(table, ensure_ascii=False) +
-                     ',"gtid":', gtid, ',"file":' + file + ',"pos":', pa.array(uniq).cast(pa.string()), ',"row":')
-        return [head.take(pa.array(inverse.reshape(-1))), part.column("_row").cast(pa.string()), ',"sub":',
-                part.column("_sub").cast(pa.string()), "}"]
+        return ['{"version":"' + __version__ + '","connector":"binlake","name":' + self.prefix_json + ',"server_id":',
+                sid, ',"ts_ms":', ts, ',"snapshot":"false","db":' + json.dumps(db, ensure_ascii=False) +
+                ',"table":' + json.dumps(table, ensure_ascii=False) + ',"gtid":', *gtid_parts,
+                ',"file":' + file + ',"pos":', pa.array(pos).cast(pa.string()), ',"row":',
+                part.column("_row").cast(pa.string()), ',"sub":', part.column("_sub").cast(pa.string()), "}"]
 
     def _event(self, before: list | None, after: list | None, source: list, op: str, now_ms: str) -> list:
         """A change event's text per row (before/after: object parts, None for null)."""
@@ -438,6 +449,7 @@ class Encoder:
         cols = [c.key for c in tm.columns] if tm is not None else [
             f for f in piece.column_names if not f.startswith("_")]
         key_cols = [tm.columns[i].key for i in tm.primary_key] if tm is not None and tm.primary_key else []
+        plain = {c.key for c in tm.columns if value_kind(c) in TEXT_KINDS} if tm is not None else set()
         partition = None if key_cols else 0
         op = piece.column("_op")
 
@@ -452,9 +464,9 @@ class Encoder:
             if not n:
                 continue
             part = piece.filter(mask) if n < piece.num_rows else piece
-            frags = {c: value_parts(part.column(c)) for c in cols}
+            frags = {c: value_parts(part.column(c), c in plain) for c in cols}
             row = _object_parts(cols, [frags[c] for c in cols])
-            key_texts = _join(*_object_parts(key_cols, [frags[c] for c in key_cols])) if key_cols else None
+            key_texts = _join(*_object_parts(key_cols, [frags[c] for c in key_cols]), rows=n) if key_cols else None
             keys = key_texts.cast(pa.binary()).to_pylist() if key_cols else [None] * n
             if op_name != "update":
                 values = self._event(None if letter == "c" else row, row if letter == "c" else None,
@@ -466,11 +478,11 @@ class Encoder:
                 out.counts[(table, letter)] += n
                 continue
             befores = part.column("_before").combine_chunks()
-            bfrags = {c: value_parts(befores.field(c)) for c in cols}
+            bfrags = {c: value_parts(befores.field(c), c in plain) for c in cols}
             has_before = befores.is_valid()
             moved = np.zeros(n, bool)
             if key_cols:
-                old = _join(*_object_parts(key_cols, [bfrags[c] for c in key_cols]))
+                old = _join(*_object_parts(key_cols, [bfrags[c] for c in key_cols]), rows=n)
                 moved = pc.fill_null(pc.and_(has_before, pc.not_equal(old, key_texts)),
                                      False).to_numpy(zero_copy_only=False)
             stay = ~moved
@@ -507,7 +519,7 @@ class Encoder:
         after = _object_parts(cols, [frags[c] for c in cols])
         before = _object_parts(cols, [bfrags[c] for c in cols])
         if not pc.all(has_before).as_py():  # updates without a before image (partial JSON, MINIMAL): null
-            before = [pc.if_else(has_before, _join(*before), pa.scalar("null"))]
+            before = [pc.if_else(has_before, _join(*before, rows=len(has_before)), pa.scalar("null"))]
         values = self._event(before, after, self._source_parts(db, name, part, server_ids), "u", now_ms)
         out.chunks.append(chunk(part, keys, values))
         out.counts[(f"{db}.{name}", "u")] += len(values)
