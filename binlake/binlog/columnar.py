@@ -45,6 +45,7 @@ from .vectorized import (
     decimal_values,
     time2_texts,
     timestamp2_texts,
+    utf8_texts,
 )
 
 CACHE_LIMIT = 65_536
@@ -299,22 +300,31 @@ def plan_enum(codec: Any, bit: int) -> _Col:
     return _Col(col.index, bit, ["B"], 0, vec, one)
 
 
-def plan_text(codec: Any, bit: int) -> _Col:
-    """A length-prefixed value decoded with the column's charset (bytes for the binary collation)."""
+def plan_text(codec: Any, bit: int, iso: bool = False) -> _Col:
+    """A length-prefixed value decoded with the column's charset (bytes for the binary collation; iso: UTF-8 text as
+    a TextColumn, see vectorized.utf8_texts)."""
     col = codec.col
     fn = _text_fn(col)
     if fn is None:
         return _Col(col.index, bit, None, codec.prefix, _first, _same)
+    if iso and fn is bytes.decode:
+
+        def utf8(f):
+            raws = f[0]
+            values = utf8_texts(raws) if len(raws) >= WHOLE_MIN else None
+            return values if values is not None else list(map(fn, raws))
+
+        return _Col(col.index, bit, None, codec.prefix, utf8, fn)
     if fn is decode_mysql_latin1:  # ISO latin-1's C decoder where the bytes allow
         return _Col(col.index, bit, None, codec.prefix, lambda f: latin1_texts(f[0], fn), fn)
     vec, one = _mapped(fn)
     return _Col(col.index, bit, None, codec.prefix, vec, one)
 
 
-def plan_string(codec: Any, bit: int) -> _Col:
+def plan_string(codec: Any, bit: int, iso: bool = False) -> _Col:
     col = codec.col
     if not (col.collation == BINARY and col.meta):
-        return plan_text(codec, bit)
+        return plan_text(codec, bit, iso)
     # BINARY(n): the server strips trailing zero bytes in row images; SELECT returns them padded.
     width = col.meta
     vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
@@ -395,7 +405,7 @@ def _decimal_column(col: Column, bit: int, iso: bool = False) -> _Col:
 
 
 # Planners with a text form (EventPlan's `text`: vectorized.TextColumn for columns whose values all format).
-_ISO_PLANNERS = {plan_decimal, plan_datetime2, plan_timestamp2, plan_date}
+_ISO_PLANNERS = {plan_decimal, plan_datetime2, plan_timestamp2, plan_date, plan_text, plan_string}
 
 
 def _plan(codec: Any, bit: int, text: bool) -> _Col:
@@ -637,10 +647,13 @@ class EventPlan:
                 if c.tolerant:
                     # Convert the whole column, placeholders included, then blank the NULL images.
                     vals = c.vec([flat[i::stride]])
-                    if type(vals) is not list:
-                        vals = list(vals)
-                    for r in compress(range(n), map(and_, nulls, repeat(bit))):
-                        vals[r] = None
+                    if type(vals) is TextColumn:  # the NULLs' placeholders are empty texts: marked not valid
+                        vals = vals.with_valid(list(map(not_, map(and_, nulls, repeat(bit)))))
+                    else:
+                        if type(vals) is not list:
+                            vals = list(vals)
+                        for r in compress(range(n), map(and_, nulls, repeat(bit))):
+                            vals[r] = None
                     out[c.index] = vals
                 elif k == 1:
                     # Convert the present values as a column, then put them back between the NULLs.

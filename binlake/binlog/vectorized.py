@@ -168,11 +168,33 @@ class TextColumn:
             valid = np.concatenate([p.valid if p.valid is not None else np.ones(len(p), dtype=bool) for p in parts])
         return TextColumn(data, offsets, valid)
 
+    def with_valid(self, present: list) -> TextColumn:
+        """This column with the values `present` marks valid, the others NULL."""
+        return TextColumn(self.data, self.offsets, np.asarray(present, dtype=bool))
+
     def spread(self, present: list) -> TextColumn:
         """This column's values at the places `present` marks, NULL elsewhere."""
         mask = np.asarray(present, dtype=bool)
         at = np.concatenate([np.zeros(1, dtype=_I64), np.cumsum(mask, dtype=_I64)])
         return TextColumn(self.data, self.offsets[at], mask)
+
+
+def utf8_texts(raws) -> TextColumn | None:
+    """UTF-8 text fields as a TextColumn (the bytes as they are), or None when a value is not valid UTF-8 on its own
+    (the caller then decodes value by value, as before)."""
+    _load()
+    data = b"".join(raws)
+    try:
+        data.decode("utf-8")  # the whole buffer at once; a value cut inside a character starts a continuation byte
+    except UnicodeDecodeError:
+        return None
+    lengths = np.fromiter(map(len, raws), dtype=_I64, count=len(raws))
+    offsets = np.zeros(len(raws) + 1, dtype=_I64)
+    np.cumsum(lengths, out=offsets[1:])
+    buf = np.frombuffer(data, dtype=_U8)
+    if len(buf) and ((buf[offsets[:-1][lengths > 0]] & 0xC0) == 0x80).any():
+        return None
+    return TextColumn(buf, offsets)
 
 
 _DAYS_IN = None

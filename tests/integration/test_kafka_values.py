@@ -1,7 +1,8 @@
 """The Kafka sink's value text (DecodeOptions.text_values: DECIMAL and DATE/DATETIME/TIMESTAMP written as their JSON
-text straight from the row bytes) against a real MariaDB binlog: seeded random values over DECIMAL(p,s) shapes
-(scale 0, DECIMAL(s,s), DECIMAL(65,30), negatives, zero), DATETIME and TIMESTAMP with fsp 0/3/6, DATE, years 1 to
-9999, NULLs, zero and partial dates, a February 30 (ALLOW_INVALID_DATES). The change events must be byte for byte
+text straight from the row bytes, UTF-8 text kept as its bytes) against a real MariaDB binlog: seeded random values
+over DECIMAL(p,s) shapes (scale 0, DECIMAL(s,s), DECIMAL(65,30), negatives, zero), DATETIME and TIMESTAMP with fsp
+0/3/6, DATE, years 1 to 9999, NULLs, zero and partial dates, a February 30 (ALLOW_INVALID_DATES), utf8mb4 VARCHAR,
+CHAR and TEXT with multibyte characters and characters JSON escapes. The change events must be byte for byte
 those of the lake's own conversion (decode_range without `text`), every clean column must really have taken the
 text path, and each inserted value's JSON must be the text the value mapping (docs/kafka.md) gives it."""
 
@@ -27,8 +28,10 @@ STAMPS = {"ts0": 0, "ts3": 3, "ts6": 6}
 COLUMNS = ("id INT NOT NULL PRIMARY KEY, "
            + ", ".join(f"{c} DECIMAL({p},{s})" for c, (p, s) in DECIMALS.items()) + ", "
            + ", ".join(f"{c} DATETIME({f})" for c, f in DATETIMES.items()) + ", "
-           + ", ".join(f"{c} TIMESTAMP({f}) NULL DEFAULT NULL" for c, f in STAMPS.items()) + ", dd DATE")
-TEXT_COLUMNS = [*DECIMALS, *DATETIMES, *STAMPS, "dd"]
+           + ", ".join(f"{c} TIMESTAMP({f}) NULL DEFAULT NULL" for c, f in STAMPS.items()) + ", dd DATE, "
+           "s VARCHAR(40) CHARACTER SET utf8mb4, c CHAR(6) CHARACTER SET utf8mb4, t TEXT CHARACTER SET utf8mb4")
+STRINGS = ["", "plain", 'quote " and \\ back', "line\nbreak\ttab\rcr", "ctrl \x01\x1f end", "ünï 中文 😀", "a'b"]
+TEXT_COLUMNS = [*DECIMALS, *DATETIMES, *STAMPS, "dd", "s", "c", "t"]
 ZEROS = ["dd", "dt0", "dt3", "dt6", "ts0", "ts6"]  # columns given a zero (or partial) date in some events
 WIDE = Context(prec=100)  # DECIMAL(65,30) without rounding
 
@@ -60,6 +63,10 @@ def _row(rng: random.Random, i: int, zero: str | None = None) -> dict:
     for c, fsp in STAMPS.items():
         row[c] = None if rng.random() < 0.05 else _datetime(rng, fsp, (1971, 2037))
     row["dd"] = None if rng.random() < 0.05 else _datetime(rng, 0).date()
+    for c in ("s", "c", "t"):
+        row[c] = None if rng.random() < 0.1 else rng.choice(STRINGS)[:6 if c == "c" else 40]
+    if row["c"] is not None:
+        row["c"] = row["c"].rstrip(" ")  # CHAR: the server drops trailing spaces
     if zero is not None:  # a zero or partial date in one column of this row (the lake writes null)
         row[zero] = "0000-00-00" if zero == "dd" else rng.choice(["0000-00-00 00:00:00", "2020-00-15 01:02:03"]) \
             if zero.startswith("dt") else "0000-00-00 00:00:00"
@@ -68,6 +75,8 @@ def _row(rng: random.Random, i: int, zero: str | None = None) -> dict:
 
 def _expected(column: str, value) -> str | None:
     """The JSON of one inserted value by the documented mapping, from the Python value sent to the server."""
+    if column in ("s", "c", "t"):
+        return None if value is None else json.dumps(value)
     if value is None or isinstance(value, str):  # NULL, or a zero/partial date: null
         return None
     if column in DECIMALS:
