@@ -168,6 +168,13 @@ class TextColumn:
             valid = np.concatenate([p.valid if p.valid is not None else np.ones(len(p), dtype=bool) for p in parts])
         return TextColumn(data, offsets, valid)
 
+    def same(self, other) -> bool:
+        """Whether `other` is a TextColumn of the very same values (slices of one column at the same places)."""
+        return type(other) is TextColumn and (self is other or (
+            self.data is other.data and np.array_equal(self.offsets, other.offsets) and (
+                (self.valid is None and other.valid is None) or (
+                    self.valid is not None and other.valid is not None and np.array_equal(self.valid, other.valid)))))
+
     def with_valid(self, present: list) -> TextColumn:
         """This column with the values `present` marks valid, the others NULL."""
         return TextColumn(self.data, self.offsets, np.asarray(present, dtype=bool))
