@@ -435,6 +435,9 @@ class TablePlan:
     stage: str  # folder for staged files
     history_direct: bool
     current_direct: bool
+    # Per-column compression of the files written, learned as they are written (each process its own copy)
+    history_codecs: staging.ColumnCodecs = field(default_factory=staging.ColumnCodecs, repr=False, compare=False)
+    current_codecs: staging.ColumnCodecs = field(default_factory=staging.ColumnCodecs, repr=False, compare=False)
 
     def table_map(self):
         return table_map_for(parse_create_table(self.ddl, self.database), mariadb=self.mariadb)
@@ -456,9 +459,10 @@ def stage_part(plan: TablePlan, part: pa.Table, index: int, tm=None) -> Staged:
     """Write one part's history rows (and current-table rows, for tables with a key) as Parquet files."""
     tm = tm or plan.table_map()
     keyed = bool(key_names(tm))
-    history = staging.write_files(plan.history_path, part, PARTITION_BY, REPEATED) if plan.history_direct else []
-    current = staging.write_files(plan.current_path, _current_rows(part, tm)) if keyed and plan.current_direct \
-        else []
+    history = staging.write_files(plan.history_path, part, PARTITION_BY, REPEATED, plan.history_codecs) \
+        if plan.history_direct else []
+    current = staging.write_files(plan.current_path, _current_rows(part, tm), codecs=plan.current_codecs) \
+        if keyed and plan.current_direct else []
     pieces = []
     if not plan.history_direct or (keyed and not plan.current_direct):
         # Named by chunk and first row: a retried task rewrites its own piece.

@@ -384,6 +384,51 @@ def staged_segments(stage: str, info: dict, versions: dict, merge_schema) -> lis
 # Data files written straight into a Delta table's folder (see the module's docstring).
 
 COMPRESSION = "snappy"
+COMPRESSION_NONE = "none"
+
+
+class ColumnCodecs:
+    """Which columns of one table's data files snappy pays for, learned from the files written: a column whose
+    snappy pages kept more than KEEP of their plain size (hashes, random tokens, already compressed bytes) is written
+    uncompressed in the files that follow, where snappy cost its CPU for nothing much (on hex MD5 text: 77% of that
+    column's encoding time, for 11% of its size). Every MEASURE-th file is written with snappy throughout again,
+    so a column whose values change their nature is measured anew. Only the codec per column chunk changes (a
+    Parquet file may mix them; every reader decodes both); values and types are the same either way. A write from
+    another thread may use a choice a moment old: it is advice, never a value."""
+
+    KEEP = 0.875  # snappy must save an eighth of a column's bytes to be used
+    MEASURE = 8
+
+    def __init__(self) -> None:
+        self.names: list[str] = []  # the measured file's columns
+        self.codecs: dict[str, str] = {}  # its leaf columns' codecs ("a", "s.x" in a struct s)
+        self.files = 0
+
+    def measuring(self) -> bool:
+        """Whether the next file is one written with snappy throughout, to be measured."""
+        return self.files % self.MEASURE == 0
+
+    def compression(self, names: list[str]) -> str | dict[str, str]:
+        if names != self.names or COMPRESSION_NONE not in self.codecs.values():
+            return COMPRESSION
+        return self.codecs
+
+    def learn(self, meta: pq.FileMetaData, measured: bool) -> None:
+        """Count a file written; from one written to be measured, take its columns' sizes."""
+        self.files += 1
+        if not measured:
+            return
+        sizes: dict[str, list[int]] = {}
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                col = group.column(c)
+                both = sizes.setdefault(col.path_in_schema, [0, 0])
+                both[0] += col.total_compressed_size
+                both[1] += col.total_uncompressed_size
+        self.codecs = {path: COMPRESSION_NONE if packed > self.KEEP * plain else COMPRESSION
+                       for path, (packed, plain) in sizes.items()}
+        self.names = meta.schema.to_arrow_schema().names
 
 
 def local_lake(path: str) -> bool:
@@ -454,11 +499,12 @@ def _single_key(data: pa.Table, partition_by: list[str]) -> dict | None:
 
 
 def write_files(table_path: str, data: pa.Table, partition_by: list[str] | None = None,
-                dictionary: list[str] | None = None) -> list[dict]:
+                dictionary: list[str] | None = None, codecs: ColumnCodecs | None = None) -> list[dict]:
     """Write `data` as Parquet files in the table folder (one per partition value); their manifests.
 
     Dictionary encoding only for the `dictionary` columns (repeated values such as binlake's metadata): on row
-    values it costs about as much as the rest of the encoding and, with snappy, saves little or nothing."""
+    values it costs about as much as the rest of the encoding and, with snappy, saves little or nothing. Snappy on
+    every column, or where `codecs` (the table's ColumnCodecs) finds that it pays."""
     fs, root = _table_fs(table_path)
     parts = [((), data)]
     if partition_by:
@@ -483,9 +529,15 @@ def write_files(table_path: str, data: pa.Table, partition_by: list[str] | None 
         file_rows = rows.drop_columns(list(partition_by or []))
         rel = (folder + "/" if folder else "") + f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         fs.create_dir(f"{root}/{folder}" if folder else root, recursive=True)
-        pq.write_table(file_rows, f"{root}/{rel}", filesystem=fs, compression=COMPRESSION,
+        measuring = codecs is not None and codecs.measuring()
+        compression = codecs.compression(file_rows.column_names) if codecs is not None and not measuring \
+            else COMPRESSION
+        written: list[pq.FileMetaData] = []
+        pq.write_table(file_rows, f"{root}/{rel}", filesystem=fs, compression=compression,
                        use_dictionary=[c for c in dictionary or () if c in file_rows.column_names],
-                       write_statistics=_statistics_columns(file_rows.schema))
+                       write_statistics=_statistics_columns(file_rows.schema), metadata_collector=written)
+        if codecs is not None:
+            codecs.learn(written[0], measuring)
         out.append({"path": rel, "size": fs.get_file_info(f"{root}/{rel}").size,
                     "partition_values": dict(values), "modification_time": int(time.time() * 1000),
                     "stats": _stats(file_rows)})

@@ -145,3 +145,40 @@ def test_bootstrapped_rows_equal_the_same_rows_written_through_the_binlog(mariad
         assert history.schema == _lake_table(tmp_path / "binlog", history=True).schema, lake
         assert set(history.column("_op").to_pylist()) == {"snapshot"}
         assert _typed(history, names) == expected
+
+
+def test_files_mixing_codecs_read_the_same_in_delta_rs_and_delta_spark(mariadb_servers, tmp_path, spark) -> None:
+    """A bootstrap leaves uncompressed the columns snappy does not shrink (staging.ColumnCodecs: hex digests here)
+    and keeps snappy on the others: both Delta readers read those files, and read the server's values."""
+    import pyarrow.parquet as pq
+
+    from binlake.lake.engines.deltaspark import DeltaSparkEngine
+
+    server = mariadb_servers.get("FULL")
+    rng = random.Random(5)
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+        cur.execute(f"CREATE TABLE {DB}.mixed (id INT PRIMARY KEY, digest CHAR(32), words VARCHAR(200), "
+                    "amount DECIMAL(10,2), at DATETIME(6))")
+        cur.executemany(f"INSERT INTO {DB}.mixed VALUES (%s, %s, %s, %s, %s)", [
+            (i, f"{rng.getrandbits(128):032x}", rng.choice(["ab ", "cd "]) * rng.randint(10, 60),
+             f"{rng.randint(-10**7, 10**7)}.{rng.randint(0, 99):02d}", f"{_date(rng)} {_clock(rng)}.123456")
+            for i in range(1, 401)])
+    run_bootstrap(server.uri, [(DB, "mixed")], str(tmp_path), chunk_rows=100, part_rows=50, readers=1)
+    layout = LakeLayout(str(tmp_path))
+    delta_spark = DeltaSparkEngine(spark)
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, digest, words, amount, at FROM mixed ORDER BY id")
+        expected = [dict(zip(["id", "digest", "words", "amount", "at"], r, strict=True)) for r in cur.fetchall()]
+    for path in (layout.current_path(DB, "mixed"), layout.history_path(DB, "mixed")):
+        codecs = []
+        for f in (p for p in tmp_path.rglob("*.parquet") if str(p).startswith(path)):
+            meta = pq.ParquetFile(f).metadata.row_group(0)
+            codecs.append({meta.column(c).path_in_schema: meta.column(c).compression for c in range(meta.num_columns)})
+        assert {c["words"] for c in codecs} == {"SNAPPY"}
+        assert {c["digest"] for c in codecs} == {"SNAPPY", "UNCOMPRESSED"}, path
+        rs = get_engine().read(path).sort_by("id")
+        assert delta_spark.read(path).sort_by("id").to_pylist() == rs.to_pylist()
+        got = rs.select(["id", "digest", "words", "amount", "at"]).to_pylist()
+        assert got == expected, path

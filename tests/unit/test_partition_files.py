@@ -66,3 +66,39 @@ def test_partitioned_files_hold_each_row_once_under_its_values(tmp_path, seed) -
 def test_no_rows_no_files(tmp_path) -> None:
     data = pa.table({"id": pa.array([], pa.int64()), "d": pa.array([], pa.date32())})
     assert staging.write_files(str(tmp_path / "t"), data, ["d"]) == []
+
+
+def _codecs(path) -> dict:
+    """Each leaf column's compression codec in a Parquet file."""
+    meta = pq.ParquetFile(path).metadata
+    return {meta.row_group(0).column(c).path_in_schema: meta.row_group(0).column(c).compression
+            for c in range(meta.num_columns)}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_columns_snappy_does_not_shrink_are_written_uncompressed_between_measured_files(tmp_path, seed) -> None:
+    """ColumnCodecs: the first file (and every MEASURE-th) is written with snappy throughout and measured; the files
+    between leave uncompressed the columns snappy did not shrink by an eighth (random bytes, hex digests), keep
+    snappy on the others, and hold the same rows."""
+    rng = random.Random(seed)
+    codecs = staging.ColumnCodecs()
+    written = []
+    for f in range(codecs.MEASURE + 2):
+        n = rng.randint(200, 600)
+        data = pa.table({
+            "id": pa.array(range(f * 1000, f * 1000 + n), pa.int64()),
+            "noise": pa.array([rng.randbytes(rng.randint(8, 40)) for _ in range(n)], pa.binary()),
+            "digest": pa.array([f"{rng.getrandbits(128):032x}" for _ in range(n)]),
+            "words": pa.array([rng.choice(["alpha beta ", "gamma delta "]) * rng.randint(3, 9) for _ in range(n)]),
+            "s": pa.array([{"x": rng.randbytes(16), "y": "constant text " * 4} for _ in range(n)],
+                          pa.struct([("x", pa.binary()), ("y", pa.string())])),
+        })
+        [entry] = staging.write_files(str(tmp_path / "t"), data, codecs=codecs)
+        path = tmp_path / "t" / entry["path"]
+        assert pq.read_table(path).equals(data)
+        written.append(_codecs(path))
+    for f, got in enumerate(written):
+        measured = f % codecs.MEASURE == 0
+        assert got["words"] == got["s.y"] == "SNAPPY", f
+        for name in ("noise", "digest", "s.x"):
+            assert got[name] == ("SNAPPY" if measured else "UNCOMPRESSED"), (f, name)
