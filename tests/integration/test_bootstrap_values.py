@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -149,7 +150,8 @@ def test_bootstrapped_rows_equal_the_same_rows_written_through_the_binlog(mariad
 
 def test_files_mixing_codecs_read_the_same_in_delta_rs_and_delta_spark(mariadb_servers, tmp_path, spark) -> None:
     """A bootstrap leaves uncompressed the columns snappy does not shrink (staging.ColumnCodecs: hex digests here)
-    and keeps snappy on the others: both Delta readers read those files, and read the server's values."""
+    and keeps snappy on the others, and leaves the all-null `_before` out of its history files: both Delta readers
+    read those files, and read the server's values (and `_before` as null)."""
     import pyarrow.parquet as pq
 
     from binlake.lake.engines.deltaspark import DeltaSparkEngine
@@ -173,12 +175,15 @@ def test_files_mixing_codecs_read_the_same_in_delta_rs_and_delta_spark(mariadb_s
         expected = [dict(zip(["id", "digest", "words", "amount", "at"], r, strict=True)) for r in cur.fetchall()]
     for path in (layout.current_path(DB, "mixed"), layout.history_path(DB, "mixed")):
         codecs = []
-        for f in (p for p in tmp_path.rglob("*.parquet") if str(p).startswith(path)):
+        for f in Path(path).rglob("*.parquet"):
             meta = pq.ParquetFile(f).metadata.row_group(0)
             codecs.append({meta.column(c).path_in_schema: meta.column(c).compression for c in range(meta.num_columns)})
         assert {c["words"] for c in codecs} == {"SNAPPY"}
         assert {c["digest"] for c in codecs} == {"SNAPPY", "UNCOMPRESSED"}, path
+        assert not any(name.startswith("_before") for c in codecs for name in c)
         rs = get_engine().read(path).sort_by("id")
         assert delta_spark.read(path).sort_by("id").to_pylist() == rs.to_pylist()
+        if path == layout.history_path(DB, "mixed"):
+            assert rs.column("_before").null_count == rs.num_rows == 400
         got = rs.select(["id", "digest", "words", "amount", "at"]).to_pylist()
         assert got == expected, path
