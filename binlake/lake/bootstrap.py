@@ -171,7 +171,8 @@ class ChunkReader:
                     res.binlog_file, res.binlog_pos = binlog_position(cur)  # the low watermark: rows ordered here
                     if chunk.watermark_table:
                         _write_watermark(cur, chunk)
-            sql = chunkread.chunk_sql(self.tdef, chunk.database, chunk.table, chunk.lower, chunk.upper, snapshot)
+            sql = chunkread.chunk_sql(self.tdef, chunk.database, chunk.table, chunk.lower, chunk.upper, snapshot,
+                                      chunk.mariadb)
             res.read_at = int(time.time())
             self._stream = self._batches(sql, snapshot)
         except BaseException:

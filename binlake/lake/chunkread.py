@@ -2,8 +2,10 @@
 value: connectorx (Rust, the MySQL binary protocol) streams record batches, and Arrow compute kernels convert
 them to the same columns the binlog path writes (binlake/lake/convert.py).
 
-The SELECT list hands every value over in a form that converts exactly: temporal values as the server's text
-in a UTC session (zero and partial dates found and counted as on the binlog path), DECIMAL as text (cast to
+The SELECT list hands every value over in a form that converts exactly: DATE, DATETIME and TIMESTAMP as the
+server's packed integer (YYYYMMDD[hhmmss], `CAST(.. AS UNSIGNED)` in a UTC session) with the microseconds beside
+it, taken apart with integer arithmetic (zero, partial and impossible dates found and sent, as text, through the
+binlog path's conversion, which nulls and counts them); TIME as text; DECIMAL as text (cast to
 decimal128 by Arrow, or kept as text above 38 digits), BIT as an unsigned integer, INET4/INET6/UUID as text;
 integers, floating point (binary protocol: the stored bits), text (converted to utf8mb4 by the server, from
 any character set) and bytes come as they are. Columns without such a form (GEOMETRY, VECTOR) make the table
@@ -32,7 +34,8 @@ try:  # optional at import time: without it every table takes the row-by-row rea
 except ImportError:  # pragma: no cover - pinned in pyproject.toml
     connectorx = None
 
-TEXT_CAST = ("date", "datetime", "timestamp", "time", "decimal", "numeric", "inet4", "inet6", "uuid")
+TEXT_CAST = ("time", "decimal", "numeric", "inet4", "inet6", "uuid")
+PACKED = ("date", "datetime", "timestamp")  # read as integers: packed_temporal
 UNSUPPORTED = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                "geometrycollection", "geomcollection", "vector")
 FILE_COL, POS_COL = "__binlake_file", "__binlake_pos"
@@ -64,23 +67,29 @@ def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def select_expressions(tdef: TableDef) -> list[str]:
+def select_expressions(tdef: TableDef, packed: bool = True) -> list[str]:
+    """Column i as `c{i}` (and a DATETIME's or TIMESTAMP's microseconds as `u{i}` when it has fractions).
+    Temporal columns packed (MariaDB, whose integer form of a DATETIME drops its fraction) or as text (MySQL
+    rounds the fraction into the seconds)."""
     out = []
     for i, c in enumerate(tdef.columns):
         name = quote_name(c.name)
-        if c.data_type in TEXT_CAST:
+        if c.data_type in TEXT_CAST or (c.data_type in PACKED and not packed):
             expr = f"CAST({name} AS CHAR)"
-        elif c.data_type == "bit":
+        elif c.data_type == "bit" or c.data_type in PACKED:
             expr = f"CAST({name} AS UNSIGNED)"
         else:
             expr = name
         out.append(f"{expr} AS c{i}")
+        if packed and c.data_type in PACKED[1:] and c.fsp:
+            out.append(f"MICROSECOND({name}) AS u{i}")
     return out
 
 
-def chunk_sql(tdef: TableDef, database: str, table: str, lower, upper, with_position: bool) -> str:
+def chunk_sql(tdef: TableDef, database: str, table: str, lower, upper, with_position: bool,
+              mariadb: bool = True) -> str:
     """The chunk's SELECT (key bounds are the planner's integers, written in as numbers)."""
-    cols = select_expressions(tdef)
+    cols = select_expressions(tdef, packed=mariadb)
     if with_position:
         cols = [POSITION_COLUMNS[0].format(file=FILE_COL), POSITION_COLUMNS[1].format(pos=POS_COL), *cols]
     sql = f"SELECT {', '.join(cols)} FROM {quote_name(database)}.{quote_name(table)}"
@@ -123,9 +132,12 @@ def stream_select(uri: str, database: str, sql: str, snapshot: bool, batch_rows:
     return (batch for batch in reader if batch.num_rows)
 
 
-def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats) -> pa.Array:
-    """One column as read to the lake's type for it (the binlog path's mapping)."""
+def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats, micros: pa.Array | None = None) -> pa.Array:
+    """One column as read to the lake's type for it (the binlog path's mapping). Temporal columns come packed
+    (select_expressions), with `micros` beside a DATETIME or TIMESTAMP with fractions."""
     typ = arrow_type(col)
+    if value_kind(col) in TEMPORAL_KINDS and pa.types.is_integer(arr.type):
+        return packed_temporal(arr, micros, typ, where, stats)
     if value_kind(col) in TEMPORAL_KINDS:
         strings = arr.cast(pa.string())
         # Zero and partial dates: year 0000 parses, so it is looked for; a zero month or day fails the cast. Either
@@ -145,9 +157,82 @@ def lake_array(arr: pa.Array, col, where: str, stats: ConversionStats) -> pa.Arr
 
 
 def lake_columns(batch: pa.RecordBatch, tm: TableMap, stats: ConversionStats, offset: int = 0) -> dict:
-    """The typed value columns of a record batch whose columns `offset`.. are the table's, in order."""
-    return {col.key: lake_array(batch.column(offset + col.index), col, f"{tm.qualified_name}.{col.key}", stats)
-            for col in tm.columns}
+    """The typed value columns of a record batch of chunk_sql's columns (`offset` is not used: they are found by
+    name)."""
+    names = batch.schema.names
+    out = {}
+    for col in tm.columns:
+        micros = f"u{col.index}"
+        out[col.key] = lake_array(batch.column(f"c{col.index}"), col, f"{tm.qualified_name}.{col.key}", stats,
+                                  batch.column(micros) if micros in names else None)
+    return out
+
+
+US_PER_SECOND = 1_000_000
+
+
+def packed_temporal(packed: pa.Array, micros: pa.Array | None, typ: pa.DataType, where: str,
+                    stats: ConversionStats) -> pa.Array:
+    """DATE (YYYYMMDD), DATETIME or TIMESTAMP (YYYYMMDDhhmmss, and its microseconds) as the server packs them, to
+    date32 or microseconds since the epoch. Days come from numpy's calendar (proleptic Gregorian, as Arrow's
+    parser and the server count). Rows with a year, month or day 0 or a day past its month's end take the binlog
+    path's conversion from their text (`_temporal`: zero and partial dates null and counted), as they did when the
+    whole column came as text."""
+    n = len(packed)
+    valid = None if not packed.null_count else packed.is_valid().to_numpy(zero_copy_only=False)
+    v = _int64s(packed)
+    dated = typ == pa.date32()
+    if dated:
+        date, clock = v, None
+    else:
+        date, clock = np.divmod(v, 1_000_000)
+    year, month_day = np.divmod(date, 10_000)
+    month, day = np.divmod(month_day, 100)
+    months = (year - 1970) * 12 + month - 1
+    first = months.astype("M8[M]").astype("M8[D]").view(np.int64)  # the month's first day, days since 1970-01-01
+    odd = (year == 0) | (month == 0) | (day == 0) | (month > 12)
+    late = np.flatnonzero(day > 28)
+    if len(late):  # past the month's end ('2021-02-30', where the server allows invalid dates)
+        ends = (months[late] + 1).astype("M8[M]").astype("M8[D]").view(np.int64) - first[late]
+        odd[late[day[late] > ends]] = True
+    days = first + day - 1
+    us = None if dated or micros is None else _int64s(micros)
+    if dated:
+        values = days.astype(np.int32)
+    else:
+        hours, rest = np.divmod(clock, 10_000)
+        minutes, seconds = np.divmod(rest, 100)
+        values = (days * 86_400 + hours * 3_600 + minutes * 60 + seconds) * US_PER_SECOND
+        if us is not None:
+            values += us
+    if valid is not None:
+        odd &= valid
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    out = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(values)], null_count=packed.null_count)
+    if not odd.any():
+        return out
+    at = np.flatnonzero(odd)
+    texts = [_packed_text(int(date[i]), None if dated else int(clock[i]), 0 if us is None else int(us[i]))
+             for i in at]
+    mask = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(odd, bitorder="little"))])
+    return pc.replace_with_mask(out, mask, _temporal(pa.array(texts, pa.string()), typ, where, stats))
+
+
+def _int64s(arr: pa.Array) -> np.ndarray:
+    """An integer array's values as int64 (nulls as 0)."""
+    if arr.null_count:
+        arr = pc.fill_null(arr, 0)
+    return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _packed_text(date: int, clock: int | None, micros: int) -> str:
+    y, md = divmod(date, 10_000)
+    m, d = divmod(md, 100)
+    if clock is None:
+        return f"{y:04d}-{m:02d}-{d:02d}"
+    hh, rest = divmod(clock, 10_000)
+    mi, ss = divmod(rest, 100)
+    return f"{y:04d}-{m:02d}-{d:02d} {hh:02d}:{mi:02d}:{ss:02d}.{micros:06d}"
 
 
 def snapshot_history(values: dict, tm: TableMap, file: str, pos: int, read_at: int, file_seq: int, batch_id: int,

@@ -187,3 +187,66 @@ def test_files_mixing_codecs_read_the_same_in_delta_rs_and_delta_spark(mariadb_s
             assert rs.column("_before").null_count == rs.num_rows == 400
         got = rs.select(["id", "digest", "words", "amount", "at"]).to_pylist()
         assert got == expected, path
+
+
+def test_packed_temporal_reads_equal_the_text_reads(mariadb_servers) -> None:
+    """DATE, DATETIME and TIMESTAMP read as the server's packed integers (chunkread.packed_temporal) give the values
+    and conversion counts their text gives (the binlog path's conversion): the calendar's edges, fractions of
+    every width, NULLs, zero and partial dates and year 0, in seeded random rows; a day past its month's end
+    (allowed by ALLOW_INVALID_DATES) fails on both."""
+    import pyarrow as pa
+
+    from binlake.lake.convert import ConversionStats
+    from binlake.schema.binlog_types import table_map_for
+    from binlake.schema.ddl import parse_create_table
+
+    server = mariadb_servers.get("FULL")
+    rng = random.Random(8)
+    odd_dates = ["0000-00-00", "2020-00-15", "2020-03-00", "0000-01-01", "0000-02-29", "0001-01-01", "9999-12-31",
+                 "1582-10-10", "2000-02-29", "1900-02-28", "2024-12-31"]
+
+    def stamp(fraction: int) -> str:
+        day = rng.choice(odd_dates + [_date(rng)] * 6)
+        clock = rng.choice(["00:00:00", "23:59:59", _clock(rng)])
+        return f"{day} {clock}.{rng.randint(0, 10**fraction - 1):0{fraction}d}" if fraction else f"{day} {clock}"
+
+    columns = {"d": ("DATE", lambda: rng.choice(odd_dates + [_date(rng)] * 6)), "t0": ("DATETIME", lambda: stamp(0)),
+               "t3": ("DATETIME(3)", lambda: stamp(3)), "t6": ("DATETIME(6)", lambda: stamp(6)),
+               "s0": ("TIMESTAMP NULL", lambda: rng.choice(["0000-00-00 00:00:00", "1970-01-01 00:00:01",
+                                                            "2038-01-19 03:14:07", _timestamp(rng)[:19]])),
+               "s6": ("TIMESTAMP(6) NULL", lambda: rng.choice(["0000-00-00 00:00:00", _timestamp(rng) + "123"]))}
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        cur.execute(f"CREATE TABLE {DB}.times (id INT PRIMARY KEY, "
+                    + ", ".join(f"{n} {t}" for n, (t, _) in columns.items()) + ")")
+        cur.executemany(f"INSERT INTO {DB}.times VALUES (%s{', %s' * len(columns)})",
+                        [(i, *(None if rng.random() < 0.1 else make() for _, make in columns.values()))
+                         for i in range(1, 2001)])
+        cur.execute(f"SHOW CREATE TABLE {DB}.times")
+        ddl = cur.fetchone()[1]
+    tdef = parse_create_table(ddl, DB)
+    tm = table_map_for(tdef, mariadb=True)
+
+    def read(packed: bool, table: str = "times"):
+        sql = chunkread.chunk_sql(tdef, DB, table, None, None, False, mariadb=packed)
+        batch = pa.Table.from_batches(list(chunkread.stream_select(server.uri, DB, sql, False, 10_000)))
+        stats = ConversionStats()
+        return chunkread.lake_columns(batch.combine_chunks().to_batches()[0], tm, stats), stats
+
+    (packed, packed_stats), (text, text_stats) = read(True), read(False)
+    assert "CAST(`t6` AS UNSIGNED)" in chunkread.chunk_sql(tdef, DB, "times", None, None, False)
+    for name in columns:
+        assert packed[name].type == text[name].type, name
+        assert packed[name].to_pylist() == text[name].to_pylist(), name
+    assert packed_stats == text_stats and text_stats["zero_date:boot_values.times.d"] > 0
+
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute(f"CREATE TABLE {DB}.invalid LIKE {DB}.times")
+        cur.execute(f"INSERT INTO {DB}.invalid (id, d, t6) VALUES (1, '2021-02-30', '2021-04-31 10:00:00.5')")
+    for packed_read in (True, False):
+        with pytest.raises(pa.ArrowInvalid, match=r"2021-0[24]-3[01]"):
+            read(packed_read, "invalid")
