@@ -14,6 +14,7 @@ use the row-by-row reader (`supported`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from urllib.parse import quote, urlparse
 
@@ -174,10 +175,9 @@ US_PER_SECOND = 1_000_000
 def packed_temporal(packed: pa.Array, micros: pa.Array | None, typ: pa.DataType, where: str,
                     stats: ConversionStats) -> pa.Array:
     """DATE (YYYYMMDD), DATETIME or TIMESTAMP (YYYYMMDDhhmmss, and its microseconds) as the server packs them, to
-    date32 or microseconds since the epoch. Days come from numpy's calendar (proleptic Gregorian, as Arrow's
-    parser and the server count). Rows with a year, month or day 0 or a day past its month's end take the binlog
-    path's conversion from their text (`_temporal`: zero and partial dates null and counted), as they did when the
-    whole column came as text."""
+    date32 or microseconds since the epoch (months' first days from a table of numpy's calendar: _month_firsts).
+    Rows with a year, month or day 0 or a day past its month's end take the binlog path's conversion from their
+    text (`_temporal`: zero and partial dates null and counted), as they did when the whole column came as text."""
     n = len(packed)
     valid = None if not packed.null_count else packed.is_valid().to_numpy(zero_copy_only=False)
     v = _int64s(packed)
@@ -186,15 +186,13 @@ def packed_temporal(packed: pa.Array, micros: pa.Array | None, typ: pa.DataType,
         date, clock = v, None
     else:
         date, clock = np.divmod(v, 1_000_000)
-    year, month_day = np.divmod(date, 10_000)
-    month, day = np.divmod(month_day, 100)
-    months = (year - 1970) * 12 + month - 1
-    first = months.astype("M8[M]").astype("M8[D]").view(np.int64)  # the month's first day, days since 1970-01-01
-    odd = (year == 0) | (month == 0) | (day == 0) | (month > 12)
-    late = np.flatnonzero(day > 28)
-    if len(late):  # past the month's end ('2021-02-30', where the server allows invalid dates)
-        ends = (months[late] + 1).astype("M8[M]").astype("M8[D]").view(np.int64) - first[late]
-        odd[late[day[late] > ends]] = True
+    year_month, day = np.divmod(date, 100)
+    year, month = np.divmod(year_month, 100)
+    firsts = _month_firsts()
+    index = year * 12 + month - 1
+    np.clip(index, 0, len(firsts) - 2, out=index)
+    first = firsts[index]  # the month's first day, days since 1970-01-01
+    odd = (year == 0) | (month == 0) | (day == 0) | (month > 12) | (day > firsts[index + 1] - first)
     days = first + day - 1
     us = None if dated or micros is None else _int64s(micros)
     if dated:
@@ -216,6 +214,13 @@ def packed_temporal(packed: pa.Array, micros: pa.Array | None, typ: pa.DataType,
              for i in at]
     mask = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(odd, bitorder="little"))])
     return pc.replace_with_mask(out, mask, _temporal(pa.array(texts, pa.string()), typ, where, stats))
+
+
+@functools.cache
+def _month_firsts() -> np.ndarray:
+    """The first day of every month of the years 0-9999 (index year * 12 + month - 1, and one past the end), in
+    days since 1970-01-01: numpy's calendar, proleptic Gregorian as Arrow's parser and the server count."""
+    return (np.arange(10_000 * 12 + 1, dtype=np.int64) - 1970 * 12).astype("M8[M]").astype("M8[D]").view(np.int64)
 
 
 def _int64s(arr: pa.Array) -> np.ndarray:
