@@ -327,6 +327,39 @@ def test_validate_merge_input_finds_a_repeated_integer_key() -> None:
         validate_merge_input(changes([(i, "x", 1, False) for i in (5, 1, 9, 1)]), ["id"])
 
 
+@pytest.mark.parametrize("seed", [3, 17])
+def test_validate_merge_input_checks_small_string_and_composite_keys_like_the_group_by(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Few rows of string / integer keys are checked in Python (_few_distinct), more by Arrow's group-by: both
+    accept the same inputs and name the same duplicated keys."""
+    from binlake.lake.engines import mergeplan
+    from binlake.lake.engines.base import MergeInputError
+
+    rng = random.Random(seed)
+    names = ["é", "e", "E", "e\u0301", "", " e", "e ", "ü" * 3, "10", "1"]
+    for n in (1, 2, 7, 40):
+        for repeat in (False, True):
+            picked = rng.sample(names, min(n, len(names))) if n <= len(names) else \
+                [f"{rng.choice(names)}{i}" for i in range(n)]
+            if repeat and len(picked) > 1:
+                picked[rng.randrange(1, len(picked))] = picked[0]
+            nums = [rng.choice([0, -1, 2**63 - 1]) for _ in picked]
+            for keys, cols in ((["k"], {"k": picked}), (["k", "n"], {"k": picked, "n": nums}),
+                               (["b"], {"b": [s.encode() for s in picked]})):
+                data = pa.table({**cols, SEQ: list(range(len(picked))), DELETED: [False] * len(picked)})
+                unique = len(set(zip(*(cols[k] for k in keys), strict=True))) == len(picked)
+                results = []
+                for few in (mergeplan.FEW_ROWS, 0):  # the Python check, then the group-by alone
+                    monkeypatch.setattr(mergeplan, "FEW_ROWS", few)
+                    try:
+                        results.append(mergeplan.validate_merge_input(data, keys).to_pylist())
+                    except MergeInputError as exc:
+                        assert "duplicated keys" in str(exc)
+                        results.append(str(exc))
+                assert results[0] == results[1]
+                assert (type(results[0]) is list) == unique
+
+
 def test_kept_merge_inputs_are_taken_once_within_the_budget_and_forgotten_with_their_stage(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     rows = changes([(i, "x", i, False) for i in range(100)])
