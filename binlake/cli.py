@@ -17,6 +17,11 @@ from .binlog.errors import BinlogError, SchemaMismatch
 from .binlog.output import OutputError
 from .exitcodes import ExitCode, UnavailableError, UsageError
 
+# binlake does no linear algebra, yet numpy's OpenBLAS starts a thread per core when numpy is imported: about 0.05 s
+# of CPU per process on two cores, more on larger machines. One thread then, unless the user chose otherwise
+# (numpy is not imported above, so this holds for this process and the processes it starts).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 ENGINES = ("delta-rs", "delta-spark")  # binlake.lake.engines.factory.ENGINE_NAMES (not imported: startup time)
 
 
