@@ -388,8 +388,7 @@ def plan_chunks(uri: str, tables: list[tuple[str, str]], chunk_rows: int, method
                 if not integer:
                     out.append(Chunk(db, table, ddl, **how))
                     continue
-                cur.execute(f"SELECT MIN(`{pk[0]}`), MAX(`{pk[0]}`), COUNT(*) FROM `{db}`.`{table}`")
-                lo, hi, count = cur.fetchone()
+                lo, hi, count = _key_range(cur, db, table, pk[0], chunk_rows)
                 if not count:
                     out.append(Chunk(db, table, ddl, **how))
                     continue
@@ -402,6 +401,26 @@ def plan_chunks(uri: str, tables: list[tuple[str, str]], chunk_rows: int, method
     finally:
         conn.close()
     return out
+
+
+ESTIMATED_CHUNKS = 10  # from this many chunks' rows on, the server's row estimate sizes the chunks
+
+
+def _key_range(cur, db: str, table: str, key: str, chunk_rows: int) -> tuple:
+    """The key's MIN and MAX and the table's rows: counted when the server's estimate (InnoDB's sampled
+    statistics, within tens of percents) is under ESTIMATED_CHUNKS chunks, else the estimate. A COUNT(*) reads the
+    whole table before the first chunk does (0.3-0.4 s of the server per 1,000,000 rows, minutes on a billion);
+    chunks need their size only roughly (they are key ranges; rows are streamed in parts either way)."""
+    cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (db, table))
+    found = cur.fetchone()
+    estimate = int(found[0] or 0) if found else 0
+    if estimate < ESTIMATED_CHUNKS * chunk_rows:
+        cur.execute(f"SELECT MIN(`{key}`), MAX(`{key}`), COUNT(*) FROM `{db}`.`{table}`")
+        return cur.fetchone()
+    cur.execute(f"SELECT MIN(`{key}`), MAX(`{key}`) FROM `{db}`.`{table}`")
+    lo, hi = cur.fetchone()
+    return lo, hi, estimate if lo is not None else 0
 
 
 ChunkExecutor = Callable[[str, list[Chunk], int], list[ChunkResult]]

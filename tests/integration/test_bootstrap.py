@@ -4,6 +4,7 @@ and an ingest from the recorded position the lake must equal the server: nothing
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -313,3 +314,41 @@ def test_chunks_are_read_one_ahead_and_a_stopped_reader_closes_both(mariadb_serv
     assert first[0] == 0 and first[2].num_rows and fresh[1][1]._stream is not None
     parts.close()
     assert all(r._conn is None for _, r in fresh)
+
+
+def test_a_table_of_many_chunks_is_planned_from_the_server_estimate(mariadb_servers, tmp_path) -> None:
+    """From ESTIMATED_CHUNKS chunks' rows on, the server's row estimate (no COUNT(*)) sizes the chunks: they still
+    cover the whole key range, and the bootstrap reads every row once."""
+    from binlake.lake.bootstrap import ESTIMATED_CHUNKS, plan_chunks
+
+    server = mariadb_servers.get("FULL")
+    rng = random.Random(4)
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+        cur.execute(f"CREATE TABLE {DB}.big (id BIGINT PRIMARY KEY, v INT)")
+        ids = rng.sample(range(-10**6, 10**6), 5000)  # sparse, negative keys too
+        cur.executemany(f"INSERT INTO {DB}.big VALUES (%s, %s)", [(i, i % 7) for i in ids])
+        cur.execute(f"ANALYZE TABLE {DB}.big")
+        cur.fetchall()
+        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'big'",
+                    (DB,))
+        estimate = cur.fetchone()[0]
+    assert estimate > 0
+    chunk_rows = max(1, estimate // (2 * ESTIMATED_CHUNKS))
+
+    def rows_read() -> int:
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL STATUS LIKE 'Handler_read%'")  # rows the engine handed the server
+            return sum(int(v) for _, v in cur.fetchall())
+
+    before = rows_read()
+    chunks = plan_chunks(server.uri, [(DB, "big")], chunk_rows)
+    assert rows_read() - before < 100  # MIN and MAX from the key's ends, no COUNT(*) over the 5000 rows
+    assert len(chunks) >= ESTIMATED_CHUNKS
+    assert chunks[0].lower is None and chunks[-1].upper is None
+    assert all(a.upper == b.lower for a, b in itertools.pairwise(chunks))
+    summary = run_bootstrap(server.uri, [(DB, "big")], str(tmp_path / "lake"), chunk_rows=chunk_rows)
+    assert summary["rows"] == 5000 and summary["chunks"] == len(chunks)
+    lake = get_engine().read(LakeLayout(str(tmp_path / "lake")).current_path(DB, "big"))
+    assert sorted(lake.column("id").to_pylist()) == sorted(ids)
