@@ -395,9 +395,9 @@ class _NoPandas:
 
 def _arrow_without_pandas() -> None:
     """pyarrow imports pandas (about 0.35 s of CPU) the first time it checks whether a value is a pandas object:
-    the first `pa.array` of a Python list, or importing pyarrow.dataset. The in-process ingest without gates
-    gives it no pandas object, so that first check is made here with pandas out of reach; pyarrow then takes
-    values as non-pandas until a pandas conversion (to_pandas, from_pandas), which imports pandas as usual."""
+    the first `pa.array` of a Python list, or importing pyarrow.dataset. The in-process ingest without gates and
+    the in-process bootstrap give it no pandas object, so that first check is made here with pandas out of reach;
+    pyarrow then takes values as non-pandas until a pandas conversion (to_pandas, from_pandas), which imports pandas as usual."""
     if "pandas" in sys.modules:
         return
     blocker = _NoPandas()
@@ -498,6 +498,8 @@ def _say(bar, message: str) -> None:
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
+    if not getattr(args, "spark", False):
+        _arrow_without_pandas()  # bootstrap gives pyarrow no pandas object (no gates here)
     from .lake.bootstrap import run_bootstrap
 
     tables = [tuple(t.split(".", 1)) for t in args.tables.split(",")]
