@@ -677,6 +677,9 @@ class KafkaPublisher:
         consumer = Consumer({"bootstrap.servers": self.opts.bootstrap, "group.id": f"binlake-offsets-{time.time()}",
                              "isolation.level": "read_committed", "enable.auto.commit": False,
                              "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                             # the end of a partition is reported after a fetch that found nothing more, and the
+                             # broker holds such a fetch for fetch.wait.max.ms (500 ms by default) first
+                             "fetch.wait.max.ms": 10,
                              **_common(self.opts.producer_config)})
         last = None
         try:
@@ -720,6 +723,11 @@ class KafkaPublisher:
             "queue.buffering.max.messages": 2_000_000,
             "queue.buffering.max.kbytes": 2_097_151,
             "transaction.timeout.ms": 600_000,
+            # init_transactions retries while the coordinator's connection comes up and the broker finishes the
+            # previous instance's transaction: at librdkafka's default backoffs (100 ms, growing) a start often
+            # waited 0.5 s; both still grow exponentially on repeated failures (up to their .max.ms settings)
+            "retry.backoff.ms": 10,
+            "reconnect.backoff.ms": 10,
             "on_delivery": self._on_delivery,
             "delivery.report.only.error": True,  # a Python callback per failed record only, not per record
             **_common(self.opts.producer_config),
