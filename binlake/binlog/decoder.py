@@ -244,6 +244,16 @@ class RowBatch:
         return self.rows[i]
 
 
+# What a damaged event body raises while it is decoded: each becomes one CorruptEvent naming the event and position.
+_EVENT_ERRORS = (BodyError, ValueError_, struct.error, IndexError, UnicodeDecodeError, OverflowError)
+
+
+def _corrupt_event(exc: Exception, etype: int, name: str, pos: int) -> CorruptEvent:
+    if isinstance(exc, (BodyError, ValueError_)):  # their messages say what is wrong
+        return CorruptEvent(f"{event_name(etype)} event: {exc}", name, pos)
+    return CorruptEvent(f"{event_name(etype)} event is malformed ({exc})", name, pos)
+
+
 class BinlogDecoder:
     """Decode files in order. Iterate `decode_files(paths)` or `decode_stream(fileobj, name)`."""
 
@@ -307,12 +317,8 @@ class BinlogDecoder:
                         for item in state.handle(ev, ev.buf, ev.body, ev.body_end, etype, 0, stream.fde):
                             if type(item) is EventRecord:
                                 yield item
-                    except BodyError as exc:
-                        raise CorruptEvent(f"{event_name(etype)} event: {exc}", name, ev.pos) from None
-                    except ValueError_ as exc:
-                        raise CorruptEvent(f"{event_name(etype)} event: {exc}", name, ev.pos) from None
-                    except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
-                        raise CorruptEvent(f"{event_name(etype)} event is malformed ({exc})", name, ev.pos) from None
+                    except _EVENT_ERRORS as exc:
+                        raise _corrupt_event(exc, etype, name, ev.pos) from None
 
     def decode_stream(
         self, fileobj: BinaryIO, name: str, first: bool = True, last: bool = True
@@ -383,12 +389,8 @@ class BinlogDecoder:
                             yield from _converted(groups, held)
                             held_fields = 0
                         yield item
-                except BodyError as exc:
-                    raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
-                except ValueError_ as exc:
-                    raise CorruptEvent(f"{event_name(ev.type)} event: {exc}", name, ev.pos) from None
-                except (struct.error, IndexError, UnicodeDecodeError, OverflowError) as exc:
-                    raise CorruptEvent(f"{event_name(ev.type)} event is malformed ({exc})", name, ev.pos) from None
+                except _EVENT_ERRORS as exc:
+                    raise _corrupt_event(exc, ev.type, name, ev.pos) from None
         except Exception:
             if held:  # what was read before the error comes out before it, as it would undeferred
                 yield from _converted(groups, held)

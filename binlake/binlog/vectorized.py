@@ -84,8 +84,14 @@ _TEMPLATE = b"0000-00-00 00:00:00.000000"
 def _datetime_texts(year, month, day, hour, minute, second, frac, fsp: int) -> list[str]:
     n = len(year)
     width = 19 + (fsp + 1 if fsp else 0)
-    out = np.empty((n, width), dtype=_U8)
-    out[:] = np.frombuffer(_TEMPLATE[:width], dtype=_U8)
+    return _texts(_datetime_bytes(_TEMPLATE[:width], n, year, month, day, hour, minute, second, frac, fsp))
+
+
+def _datetime_bytes(template: bytes, n: int, year, month, day, hour, minute, second, frac, fsp: int) -> np.ndarray:
+    """n rows of `template` (a date and time text, 'YYYY-MM-DD?HH:MM:SS' then, with fsp, '.' and the fraction)
+    with each row's fields written in: the digits of DATETIME texts and ISO texts alike."""
+    out = np.empty((n, len(template)), dtype=_U8)
+    out[:] = np.frombuffer(template, dtype=_U8)
     _digits(out, 0, year, 4)
     out[:, 5:7] = _D2[month]
     out[:, 8:10] = _D2[day]
@@ -94,7 +100,7 @@ def _datetime_texts(year, month, day, hour, minute, second, frac, fsp: int) -> l
     out[:, 17:19] = _D2[second]
     if fsp:
         _digits(out, 20, frac, fsp)
-    return _texts(out)
+    return out
 
 
 class TextColumn:
@@ -229,17 +235,8 @@ def _iso_column(year, month, day, hour, minute, second, frac, fsp: int, zone: bo
                                                              or second.max() > 59)):
         return None
     width = 27 if zone else 26
-    out = np.empty((len(year), width), dtype=_U8)
-    out[:] = np.frombuffer(_ISO[:width], dtype=_U8)
-    _digits(out, 0, year, 4)
-    out[:, 5:7] = _D2[month]
-    out[:, 8:10] = _D2[day]
-    out[:, 11:13] = _D2[hour]
-    out[:, 14:16] = _D2[minute]
-    out[:, 17:19] = _D2[second]
-    if fsp:
-        _digits(out, 20, frac, fsp)
-    return TextColumn.fixed(out)
+    return TextColumn.fixed(_datetime_bytes(_ISO[:width], len(year), year, month, day, hour, minute, second, frac,
+                                            fsp))
 
 
 def _frac_bytes(fsp: int) -> tuple[int, int]:
