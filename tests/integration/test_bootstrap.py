@@ -166,6 +166,27 @@ def test_cli_bootstrap_watermark(mariadb_servers, tmp_path, capsys) -> None:
     assert _lake_rows(tmp_path / "lake") == _server_rows(server)
 
 
+
+def test_cli_bootstrap_in_process_leaves_pandas_unimported(mariadb_servers, tmp_path) -> None:
+    """The in-process bootstrap makes pyarrow's first pandas check with pandas out of reach (pyarrow would import
+    pandas, about 0.2 s of CPU, at the first `pa.array`); the lake still equals the server. A fresh interpreter:
+    this one has pandas loaded already."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    server = mariadb_servers.get("FULL")
+    _setup(server)
+    code = ("import json, sys\nfrom binlake.cli import main\n"
+            "rc = main(sys.argv[1:])\nprint(json.dumps({'rc': rc, 'pandas': 'pandas' in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", code, "bootstrap", "--mysql", server.uri, "--tables", f"{DB}.acct",
+                           "--lake", str(tmp_path / "lake"), "--no-progress"], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 0, "pandas": False}
+    assert _lake_rows(tmp_path / "lake") == _server_rows(server)
+
 def _full_rows(rows) -> dict:
     return {i: (format(b, "f"), n, s.replace(tzinfo=None) if s else s) for i, b, n, s in rows}
 
