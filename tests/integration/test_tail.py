@@ -134,11 +134,12 @@ def _wait_identical(db: PrivateMariaDB, landing: Path, timeout: float = 120.0,
     a server crash left behind (`crashed`) is checked by `_committed_prefix` instead."""
     deadline = time.monotonic() + timeout
     while True:
+        # Bytes, not sizes: MariaDB appends a Binlog_checkpoint event on its own after a rotation, so a file can
+        # grow after the writer stops; the tail is still running and lands it.
         files = db.binlog_files()
-        sizes = [(f.stat().st_size, (landing / f.name).stat().st_size if (landing / f.name).exists() else -1)
-                 for f in files]
-        if all(a == b or (f.name == crashed and b > 0) for f, (a, b) in zip(files, sizes, strict=True)) \
-                or time.monotonic() > deadline:
+        landed = {f.name: (landing / f.name).read_bytes() if (landing / f.name).exists() else None for f in files}
+        if all(landed[f.name] is not None if f.name == crashed else landed[f.name] == f.read_bytes()
+               for f in files) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     for f in files:
@@ -150,6 +151,19 @@ def _wait_identical(db: PrivateMariaDB, landing: Path, timeout: float = 120.0,
     extra = {p.name for p in landing.iterdir() if p.is_file()} - {f.name for f in files}
     assert not extra, f"landed files the server does not have: {extra}"
     return files
+
+
+def _wait_checkpointed(db: PrivateMariaDB, name: str, timeout: float = 60.0) -> None:
+    """Wait until MariaDB has written the Binlog_checkpoint naming `name` into it: after a rotation the server
+    appends that event on its own once InnoDB no longer needs the older file, so until then `name` can grow."""
+    deadline = time.monotonic() + timeout
+    with db.connect() as conn, conn.cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute(f"SHOW BINLOG EVENTS IN '{name}'")
+            if any(row[2] == "Binlog_checkpoint" and name in row[5] for row in cur.fetchall()):
+                return
+            time.sleep(0.1)
+    pytest.fail(f"{name}: no Binlog_checkpoint naming it within {timeout:.0f} s")
 
 
 def _committed_prefix(server_file: Path, landed_file: Path) -> None:
@@ -385,6 +399,7 @@ def test_gtid_start_lands_the_file_holding_it_whole(server, tmp_path):
             Writer.transaction(conn.cursor(), rng)
     files = server.binlog_files()
     assert len(files) == 3
+    _wait_checkpointed(server, files[-1].name)  # the server's files no longer change: the tail is stopped below
     tail = subprocess.Popen(_tail_cmd(server, landing, "--gtid", state), env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

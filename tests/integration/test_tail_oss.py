@@ -52,15 +52,16 @@ def _tail(db, oss: OssServer) -> subprocess.Popen:
 
 def _wait_identical(db, oss: OssServer, timeout: float = 120.0) -> list:
     deadline = time.monotonic() + timeout
-    while True:
+    while True:  # the server's bytes are read once a round: MariaDB may append a Binlog_checkpoint on its own
         files, objects = db.binlog_files(), _objects(oss)
-        if all(f.name in objects and objects[f.name].data == f.read_bytes() for f in files) \
+        on_server = {f.name: f.read_bytes() for f in files}
+        if all(f.name in objects and objects[f.name].data == on_server[f.name] for f in files) \
                 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     for f in files:
         assert f.name in objects, f"{f.name} not landed; objects: {sorted(objects)}"
-        got, want = objects[f.name].data, f.read_bytes()
+        got, want = objects[f.name].data, on_server[f.name]
         assert got == want, f"{f.name}: object {len(got)} bytes vs server file {len(want)} bytes differ"
     return files
 
