@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from binlake.binlog.constants import EventType
+from binlake.binlog.constants import ET, EventType
+from binlake.binlog.stream import EventStream, open_binlog
 from binlake.lake.engines import get_engine
 from binlake.lake.layout import LakeLayout
 from binlake.sources.tail import Boundaries, Tail, _checksum_len, _events
@@ -199,6 +201,26 @@ def _kill_after_progress(tail: subprocess.Popen, landing: Path, rng: random.Rand
     return tail.communicate()[1]
 
 
+def _check_restarts(logs: list[str], files: list[Path]) -> None:
+    """Every restart after the first start resumes from what the landing holds: by MariaDB GTID state when its
+    last file is open mid-way, by position at a closed file's end or a fresh file's header (which of them depends
+    on where the kill fell, so neither is required); never from the first file's start again, never before an
+    earlier restart's start, and by position only where no GTID state could say where."""
+    starts = [re.search(r"dump from (GTID state \S+|(\S+):(\d+))", log) for log in logs[1:]]
+    assert all(starts), "every restart names its start: " + "".join(logs)
+    assert not [m for m in starts if m[0] == "dump from mysql-bin.000001:4"], "restarts resume from the landing: " \
+        + "".join(logs)
+    positions = [(m[2], int(m[3])) for m in starts if m[2] is not None]
+    assert positions == sorted(positions), "restarts never go back: " + "".join(logs)
+    by_name = {f.name: f for f in files}
+    for name, pos in positions:  # a closed file's end, or a file whose landed part held no transaction yet
+        if pos != by_name[name].stat().st_size:  # (MariaDB writes its GTID state per transaction)
+            with open_binlog(str(by_name[name])) as fh:
+                gtids = [ev.pos for ev in EventStream(fh, name) if ev.pos < pos and ev.type == ET.MARIA_GTID]
+            assert not gtids, f"restart by position at {name}:{pos} after GTID events at {gtids}: " + "".join(logs)
+    assert not [log for log in logs if "Traceback" in log], "".join(logs)
+
+
 def _server_rows(db: PrivateMariaDB) -> dict:
     with db.connect(DB) as conn, conn.cursor() as cur:
         cur.execute("SELECT id, name, qty, body FROM items")
@@ -258,8 +280,7 @@ def test_kill9_at_random_moments_gtid_resume_and_ingest_follow_equals_select(ser
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.communicate()
-    resumed = [log for log in logs[1:] if "dump from GTID state" in log]
-    assert resumed, "restarts resume by the MariaDB GTID state: " + "".join(logs)
+    _check_restarts(logs, files)
 
 
 def test_position_resume_after_kills(server, tmp_path):

@@ -6,7 +6,6 @@ Normal objects with it clear, and `binlake ingest --source oss://...` of the obj
 from __future__ import annotations
 
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -15,10 +14,18 @@ import time
 import oss2
 import pytest
 
-from binlake.binlog.constants import ET, LOG_EVENT_BINLOG_IN_USE_F
-from binlake.binlog.stream import EventStream, open_binlog
+from binlake.binlog.constants import LOG_EVENT_BINLOG_IN_USE_F
 from binlake.testing.oss_server import OssServer
-from tests.integration.test_tail import DB, Writer, _env, _lake_rows, _schema, _server_rows, server  # noqa: F401
+from tests.integration.test_tail import (  # noqa: F401
+    DB,
+    Writer,
+    _check_restarts,
+    _env,
+    _lake_rows,
+    _schema,
+    _server_rows,
+    server,
+)
 
 AK, SECRET, REGION, BUCKET, PREFIX = "tail-ak", "tail-secret", "cn-hangzhou", "binlake", "tail/srv1/"
 FLAG_AT = 4 + 17
@@ -94,22 +101,7 @@ def test_oss_landing_kill9_identical_and_ingest_equals_select(server, oss, tmp_p
         if tail is not None and tail.poll() is None:
             tail.send_signal(signal.SIGTERM)
             logs.append(tail.communicate(timeout=60)[1])
-    # Every restart resumes from what the bucket holds: by MariaDB GTID state when its last file is open mid-way, by
-    # position at a closed file's end or a fresh file's header (which of them depends on where the kill fell, so
-    # none is required); never from the first file's start again, and never before an earlier restart's start.
-    starts = [re.search(r"dump from (GTID state \S+|(\S+):(\d+))", log) for log in logs[1:]]
-    assert all(starts), "every restart names its start: " + "".join(logs)
-    assert not [m for m in starts if m[0] == "dump from mysql-bin.000001:4"], "restarts resume from the bucket: " + \
-        "".join(logs)
-    positions = [(m[2], int(m[3])) for m in starts if m[2] is not None]
-    assert positions == sorted(positions), "restarts never go back: " + "".join(logs)
-    by_name = {f.name: f for f in files}
-    for name, pos in positions:  # by position only where no GTID state could say where: a closed file's end, or
-        # a file whose landed part held no transaction yet (MariaDB writes its GTID state per transaction)
-        if pos != by_name[name].stat().st_size:
-            with open_binlog(str(by_name[name])) as fh:
-                gtids = [ev.pos for ev in EventStream(fh, name) if ev.pos < pos and ev.type == ET.MARIA_GTID]
-            assert not gtids, f"restart by position at {name}:{pos} after GTID events at {gtids}: " + "".join(logs)
+    _check_restarts(logs, files)
     assert not [log for log in logs if "Traceback" in log], "".join(logs)
 
     lake = tmp_path / "lake"
