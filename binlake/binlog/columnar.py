@@ -39,9 +39,11 @@ from .values import (
     guess_text,
 )
 from .vectorized import (
+    DecimalColumn,
     TextColumn,
     date_texts,
     datetime2_texts,
+    decimal_column,
     decimal_values,
     time2_texts,
     timestamp2_texts,
@@ -391,15 +393,21 @@ def plan_cached(codec: Any, bit: int) -> _Col:
 
 
 def _decimal_column(col: Column, bit: int, iso: bool = False) -> _Col:
-    """DECIMAL(p,s), a whole column at a time with numpy (vectorized.decimal_values): no cache to miss when
-    values never repeat. A column with a digit group out of range is converted value by value, which raises."""
+    """DECIMAL(p,s), a whole column at a time with numpy: a vectorized.DecimalColumn (its checked digit groups, the
+    Decimals made only when read; iso: vectorized.decimal_values' text). A column with a digit group out of range is
+    converted value by value, which raises."""
     p, s = col.precision, col.scale
     groups, n_int, size = decimal_groups(p, s)
     one = make_fast_decimal(p, s)
 
-    def vec(f):
-        values = decimal_values(f[0], groups, n_int, size, s, iso)
-        return values if values is not None else list(map(one, f[0]))
+    if iso:
+        def vec(f):
+            values = decimal_values(f[0], groups, n_int, size, s, True)
+            return values if values is not None else list(map(one, f[0]))
+    else:
+        def vec(f):
+            values = decimal_column(f[0], p, s, groups, n_int, size)
+            return values if values is not None else list(map(one, f[0]))
 
     return _whole(_Col(col.index, bit, [f"{size}s"], 0, vec, one))
 
@@ -659,7 +667,7 @@ class EventPlan:
                     # Convert the present values as a column, then put them back between the NULLs.
                     present = list(map(not_, map(and_, nulls, repeat(bit))))
                     got = c.vec([list(compress(flat[i::stride], present))])
-                    if type(got) is TextColumn:
+                    if type(got) is TextColumn or type(got) is DecimalColumn:
                         out[c.index] = got.spread(present)
                     else:
                         vals = [None] * n
@@ -684,7 +692,8 @@ class EventPlan:
             for a in self.absent:
                 out[a] = [ABSENT] * n
         for j, vals in enumerate(out):
-            if type(vals) is not list and type(vals) is not tuple and type(vals) is not TextColumn:
+            if type(vals) is not list and type(vals) is not tuple and type(vals) is not TextColumn and \
+                    type(vals) is not DecimalColumn:
                 # a one-shot iterator from a converter
                 out[j] = list(vals)
         return out

@@ -26,6 +26,7 @@ from .rowcodegen import _DECIMAL_CONTEXT
 # numpy and its tables, set by _load() on the first conversion (a binlog without such columns never imports numpy).
 np: Any = None
 _U8 = _I64 = _D1 = _D2 = _D3 = None
+_BE: dict = {}  # big-endian unsigned dtypes by width
 
 
 def _load() -> None:
@@ -35,6 +36,7 @@ def _load() -> None:
     import numpy
 
     _U8, _I64 = numpy.uint8, numpy.int64
+    _BE.update({2: numpy.dtype(">u2"), 4: numpy.dtype(">u4")})
     # Digits of 0..9, 0..99 and 0..999 as ASCII rows.
     _D1 = numpy.array([[48 + i] for i in range(10)], dtype=_U8)
     _D2 = numpy.array([[48 + i // 10, 48 + i % 10] for i in range(100)], dtype=_U8)
@@ -333,46 +335,55 @@ def date_texts(raws, iso: bool = False) -> list[str] | TextColumn | None:
     return TextColumn.fixed(out) if iso else _texts(out)
 
 
-def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, scale: int, iso: bool = False
-                   ) -> list | TextColumn | None:
-    """DECIMAL fields -> Decimal with exactly `scale` digits after the point (groups: (bytes, digits) in storage
-    order, the first n_int of them integer digits). Each value is written as fixed-width text ('+000123.45') and
-    parsed by the decimal module in C; when values repeat, only the distinct ones are made. iso: a TextColumn of
-    that text as the lake writes a DECIMAL ('123.45', '-0.50', '0': no '+', no leading zero but the units')."""
-    _load()
-    m = _matrix(raws, size)
-    n = len(m)
+def _group_values(raws, groups: list[tuple[int, int]], size: int) -> tuple[list, np.ndarray] | None:
+    """The digit groups of DECIMAL fields: (one int64 array per group, in storage order, of its digits' value; which
+    values are negative), read from the bytes in place (one strided big-endian view per group), or None when a group
+    holds more than its digits allow."""
+    n = len(raws)
     if not n:
-        return []
-    if n > 64 and size <= 8 and not iso:
-        keys = _be(m, 0, size)
-        sample = keys[:1024]
-        if len(np.unique(sample)) * 2 < len(sample):  # mostly repeating: convert each distinct value once
-            _uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            values = decimal_values(list(map(raws.__getitem__, first.tolist())), groups, n_int, size, scale)
-            if values is None:
-                return None
-            return list(map(values.__getitem__, inverse.tolist()))
-    negative = m[:, 0] < 0x80
-    m = m.copy()
-    m[:, 0] ^= 0x80
-    m[negative] ^= 0xFF
+        return [np.zeros(0, dtype=_I64) for _ in groups], np.zeros(0, dtype=bool)
+    buf = np.frombuffer(b"".join(raws), dtype=_U8)
+    negative = buf[0::size] < 0x80
+    vals = []
+    at = 0
+    flips: dict[int, np.ndarray] = {}
+    for i, (nb, nd) in enumerate(groups):
+        if nb == 1:
+            g = buf[at::size].astype(_I64)
+        else:
+            g = np.ndarray((n,), dtype=_BE[4 if nb == 4 else 2], buffer=buf, offset=at,
+                           strides=(size,)).astype(_I64)
+            if nb == 3:
+                g = g << 8 | buf[at + 2::size]
+        if i == 0:
+            g ^= 1 << (8 * nb - 1)  # the sign bit
+        flip = flips.get(nb)
+        if flip is None:
+            flip = flips[nb] = negative * _I64((1 << 8 * nb) - 1)
+        g ^= flip  # negative values have every bit inverted
+        at += nb
+        if int(g.max()) >= 10**nd:
+            return None
+        vals.append(g)
+    return vals, negative
+
+
+def _decimal_matrix(vals: list, negative: np.ndarray, groups: list[tuple[int, int]], n_int: int, scale: int
+                    ) -> tuple[np.ndarray, int, np.ndarray]:
+    """The values as fixed-width text rows ('+000123.45', one integer digit kept even when zero; integer digits that
+    are zero in every value left out), the integer digits written, and which values are negative and not zero."""
+    n = len(negative)
     int_digits = sum(nd for nb, nd in groups[:n_int])
     width = 1 + int_digits + (1 + scale if scale else 0)
     out = np.empty((n, width), dtype=_U8)
     if scale:
         out[:, 1 + int_digits] = ord(".")
-    at = 0
     col = 1
     nonzero = np.zeros(n, dtype=bool)
     lead = 0  # leading integer digits that are zero in every value (dropped: a shorter text parses faster)
     leading = True
-    for i, (nb, nd) in enumerate(groups):
-        g = _be(m, at, at + nb)
-        at += nb
+    for i, ((_nb, nd), g) in enumerate(zip(groups, vals, strict=True)):
         top = int(g.max())
-        if top >= 10**nd:
-            return None
         if i == n_int:
             col += 1  # the point
         if leading and i < n_int:
@@ -385,10 +396,218 @@ def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, s
         _digits(out, col, g, nd)
         col += nd
     lead = min(lead, int_digits - 1) if int_digits else 0  # one integer digit stays, even a zero
-    out[:, lead] = np.where(negative & nonzero, ord("-"), ord("+"))
-    if iso:
-        return _decimal_text(out[:, lead:], int_digits - lead, negative & nonzero)
-    return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out[:, lead:] if lead else out)))
+    minus = negative & nonzero
+    out[:, lead] = np.where(minus, ord("-"), ord("+"))
+    return out[:, lead:], int_digits - lead, minus
+
+
+def _decimals(vals: list, negative: np.ndarray, groups: list[tuple[int, int]], n_int: int, scale: int) -> list:
+    """Decimal objects of digit groups (exactly `scale` digits after the point): fixed-width texts parsed by the
+    decimal module in C."""
+    out, _int_digits, _minus = _decimal_matrix(vals, negative, groups, n_int, scale)
+    return list(map(_DECIMAL_CONTEXT.create_decimal, _texts(out)))
+
+
+def decimal_values(raws, groups: list[tuple[int, int]], n_int: int, size: int, scale: int, iso: bool = False
+                   ) -> list | TextColumn | None:
+    """DECIMAL fields -> Decimal with exactly `scale` digits after the point (groups: (bytes, digits) in storage
+    order, the first n_int of them integer digits). iso: a TextColumn of that text as the lake writes a DECIMAL
+    ('123.45', '-0.50', '0': no '+', no leading zero but the units')."""
+    _load()
+    if not len(raws):
+        return []
+    parts = _group_values(raws, groups, size)
+    if parts is None:
+        return None
+    if not iso:
+        return _decimals(*parts, groups, n_int, scale)
+    out, int_digits, minus = _decimal_matrix(*parts, groups, n_int, scale)
+    return _decimal_text(out, int_digits, minus)
+
+
+def decimal_column(raws, precision: int, scale: int, groups: list[tuple[int, int]], n_int: int, size: int
+                   ) -> DecimalColumn | None:
+    """DECIMAL fields as a DecimalColumn (their digit groups, checked), or None when a group holds more than its
+    digits allow (the caller then converts value by value, which raises)."""
+    _load()
+    parts = _group_values(raws, groups, size)
+    if parts is None:
+        return None
+    vals, negative = parts
+    return DecimalColumn(_DecimalData(vals, negative, precision, scale, groups, n_int), 0, len(negative))
+
+
+class _DecimalData:
+    """The digit groups of a column of DECIMAL(p,s) values (see DecimalColumn), and their Decimals once made."""
+
+    __slots__ = ("groups", "n_int", "negative", "precision", "scale", "vals")
+
+    def __init__(self, vals: list, negative, precision: int, scale: int, groups: list, n_int: int) -> None:
+        self.vals = vals
+        self.negative = negative
+        self.precision = precision
+        self.scale = scale
+        self.groups = groups
+        self.n_int = n_int
+
+    def decimals(self, start: int, stop: int) -> list:
+        """The Decimals of values start..stop (exactly those of the row-at-a-time decoder). Mostly repeating
+        values (DECIMAL(p<=18)) are each made once."""
+        vals = [g[start:stop] for g in self.vals]
+        negative = self.negative[start:stop]
+        n = stop - start
+        if n > 64 and self.precision <= 18:
+            keys = self.unscaled(start, stop)
+            sample = keys[:1024]
+            if len(np.unique(sample)) * 2 < len(sample):  # mostly repeating: convert each distinct value once
+                _uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+                made = _decimals([g[first] for g in vals], negative[first], self.groups, self.n_int, self.scale)
+                return list(map(made.__getitem__, inverse.tolist()))
+        return _decimals(vals, negative, self.groups, self.n_int, self.scale) if n else []
+
+    def unscaled(self, start: int, stop: int) -> np.ndarray:
+        """The values times 10**scale as int64 (precision <= 18 only)."""
+        x = np.zeros(stop - start, dtype=_I64)
+        for (_nb, nd), g in zip(self.groups, self.vals, strict=True):
+            x *= 10**nd
+            x += g[start:stop]
+        return np.where(self.negative[start:stop], -x, x)
+
+    def decimal128(self, start: int, stop: int) -> np.ndarray:
+        """The values as Arrow decimal128 data: 16-byte little-endian two's complement integers of the value times
+        10**scale, as an (n, 2) uint64 array (precision <= 38)."""
+        n = stop - start
+        if self.precision <= 18:
+            x = self.unscaled(start, stop)
+            out = np.empty((n, 2), dtype=_I64)
+            out[:, 0] = x
+            out[:, 1] = x >> 63
+            return out.view(np.uint64)
+        # Four 32-bit limbs (least significant first), each held in a uint64: limb * 10**9 + carry stays below 2**63.
+        u64 = np.uint64
+        mask = u64(0xFFFFFFFF)
+        limbs = [np.zeros(n, dtype=u64) for _ in range(4)]
+        for (_nb, nd), g in zip(self.groups, self.vals, strict=True):
+            carry = g[start:stop].astype(u64)
+            mul = u64(10**nd)
+            for k in range(4):
+                t = limbs[k] * mul + carry
+                limbs[k] = t & mask
+                carry = t >> u64(32)
+        negative = self.negative[start:stop]
+        if negative.any():  # two's complement: every bit inverted, plus one
+            carry = negative.astype(u64)
+            for k in range(4):
+                t = np.where(negative, limbs[k] ^ mask, limbs[k]) + carry
+                limbs[k] = t & mask
+                carry = t >> u64(32)
+        out = np.empty((n, 2), dtype=u64)
+        out[:, 0] = limbs[0] | limbs[1] << u64(32)
+        out[:, 1] = limbs[2] | limbs[3] << u64(32)
+        return out
+
+
+class DecimalColumn:
+    """A column of DECIMAL(p,s) values held as their checked digit groups (numpy, no Python object per value): a
+    sequence of Decimal (None for NULL), each made when first read, exactly as the row-at-a-time decoder makes
+    it. Values start..stop of `data`; `valid` (bool per value, None: no NULL). Sliced without copying. The lake
+    reads it as Arrow decimal128 data without making the Decimals (`arrow`)."""
+
+    __slots__ = ("_list", "data", "start", "stop", "valid")
+
+    def __init__(self, data: _DecimalData, start: int, stop: int, valid=None) -> None:
+        self.data = data
+        self.start = start
+        self.stop = stop
+        self.valid = valid
+        self._list: list | None = None
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def tolist(self) -> list:
+        if self._list is None:
+            values = self.data.decimals(self.start, self.stop)
+            if self.valid is not None:
+                values = [v if ok else None for v, ok in zip(values, self.valid.tolist(), strict=True)]
+            self._list = values
+        return self._list
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __getitem__(self, i):
+        if type(i) is slice:
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return self.tolist()[i]
+            stop = max(start, stop)
+            return DecimalColumn(self.data, self.start + start, self.start + stop,
+                                 None if self.valid is None else self.valid[start:stop])
+        return self.tolist()[i]
+
+    def __eq__(self, other: object) -> bool:
+        return self.tolist() == (list(other) if isinstance(other, (DecimalColumn, list, tuple)) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"DecimalColumn({self.tolist()!r})"
+
+    def same(self, other) -> bool:
+        """Whether `other` is a DecimalColumn of the very same values (slices of one column at the same places)."""
+        return type(other) is DecimalColumn and (self is other or (
+            self.data is other.data and self.start == other.start and self.stop == other.stop and (
+                (self.valid is None and other.valid is None) or (
+                    self.valid is not None and other.valid is not None and np.array_equal(self.valid, other.valid)))))
+
+    def spread(self, present: list) -> DecimalColumn:
+        """This column's values at the places `present` marks, NULL elsewhere (the NULLs hold zero)."""
+        mask = np.asarray(present, dtype=bool)
+        d = self.data
+        a, b = self.start, self.stop
+        vals = []
+        for g in d.vals:
+            full = np.zeros(len(mask), dtype=_I64)
+            full[mask] = g[a:b]
+            vals.append(full)
+        negative = np.zeros(len(mask), dtype=bool)
+        negative[mask] = d.negative[a:b]
+        return DecimalColumn(_DecimalData(vals, negative, d.precision, d.scale, d.groups, d.n_int), 0, len(mask),
+                             mask)
+
+    @staticmethod
+    def join(parts: list[DecimalColumn]) -> DecimalColumn:
+        """The columns (of one DECIMAL(p,s)) one after the other, as one."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        valid = None
+        if any(p.valid is not None for p in parts):
+            valid = np.concatenate([p.valid if p.valid is not None else np.ones(len(p), dtype=bool) for p in parts])
+        if all(p.data is first.data for p in parts) and all(a.stop == b.start for a, b in pairwise(parts)):
+            return DecimalColumn(first.data, first.start, parts[-1].stop, valid)
+        d = first.data
+        vals = [np.concatenate([p.data.vals[k][p.start:p.stop] for p in parts]) for k in range(len(d.vals))]
+        negative = np.concatenate([p.data.negative[p.start:p.stop] for p in parts])
+        return DecimalColumn(_DecimalData(vals, negative, d.precision, d.scale, d.groups, d.n_int), 0,
+                             len(negative), valid)
+
+    def arrow(self, typ) -> Any:
+        """As a pyarrow decimal128 array of `typ` (this DECIMAL(p,s) with p <= 38): the same array pa.array makes
+        of the Decimals (a NULL's slot holds zero)."""
+        import pyarrow as pa
+
+        n = len(self)
+        data = self.data.decimal128(self.start, self.stop)
+        validity = None
+        nulls = 0
+        if self.valid is not None:
+            nulls = n - int(self.valid.sum())
+            if nulls:
+                data = np.where(self.valid[:, None], data, np.uint64(0))
+                validity = pa.py_buffer(np.packbits(self.valid, bitorder="little"))
+        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(np.ascontiguousarray(data))], nulls)
 
 
 def _decimal_text(out: np.ndarray, int_digits: int, minus: np.ndarray) -> TextColumn:

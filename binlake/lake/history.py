@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, groupby
 from operator import is_
 from typing import Any
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ..binlog.coltypes import value_kind
 from ..binlog.tablemap import TableMap
-from ..binlog.vectorized import TextColumn
+from ..binlog.vectorized import DecimalColumn, TextColumn
 from .convert import TEXT_KINDS, ConversionStats, arrow_type, to_arrow, to_text
 
 META_FIELDS = [
@@ -114,6 +114,10 @@ _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int
 
 def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.Array:
     """One column of the events (`parts`: each event's value sequence; n values in all) as an Arrow array."""
+    if any(type(p) is DecimalColumn for p in parts):
+        typ = arrow_type(col)
+        if pa.types.is_decimal(typ):
+            return _decimals(parts, typ, col, where, stats)
     dtype = _NUMPY.get(arrow_type(col)) if not col.nullable else None
     if dtype is not None:
         try:
@@ -123,10 +127,24 @@ def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.
     return to_arrow(list(chain.from_iterable(parts)), col, where, stats)
 
 
+def _decimals(parts: list, typ: pa.DataType, col, where: str, stats: ConversionStats) -> pa.Array:
+    """A DECIMAL column's parts as one decimal array: runs of decoder DecimalColumns from their digit groups (no
+    Decimal made), runs of value lists through to_arrow."""
+    arrays: list[pa.Array] = []
+    for kind, group in groupby(parts, key=lambda p: type(p) is DecimalColumn):
+        run = list(group)
+        if kind:
+            arrays.append(DecimalColumn.join(run).arrow(typ))
+        else:
+            arrays.append(to_arrow(list(chain.from_iterable(run)), col, where, stats))
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
 def _same(after: list, before: list) -> bool:
     """Whether the events' after and before values of a column are the very same objects (the decoder hands the
     values of a column an update left unchanged to both images, unless they are plain numbers)."""
-    return all(a.same(b) if type(a) is TextColumn else type(b) is not TextColumn and len(a) == len(b) and
+    return all(a.same(b) if type(a) is TextColumn or type(a) is DecimalColumn else
+               type(b) is not TextColumn and type(b) is not DecimalColumn and len(a) == len(b) and
                all(map(is_, a, b)) for a, b in zip(after, before, strict=True))
 
 
