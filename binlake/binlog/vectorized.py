@@ -25,12 +25,12 @@ from .rowcodegen import _DECIMAL_CONTEXT
 
 # numpy and its tables, set by _load() on the first conversion (a binlog without such columns never imports numpy).
 np: Any = None
-_U8 = _I64 = _D1 = _D2 = _D3 = None
+_U8 = _I64 = _D1 = _D2 = _D3 = _LE2 = _D2U = _D1U = None
 _BE: dict = {}  # big-endian unsigned dtypes by width
 
 
 def _load() -> None:
-    global np, _U8, _I64, _D1, _D2, _D3
+    global np, _U8, _I64, _D1, _D2, _D3, _LE2, _D2U, _D1U
     if np is not None:
         return
     import numpy
@@ -41,6 +41,10 @@ def _load() -> None:
     _D1 = numpy.array([[48 + i] for i in range(10)], dtype=_U8)
     _D2 = numpy.array([[48 + i // 10, 48 + i % 10] for i in range(100)], dtype=_U8)
     _D3 = numpy.array([[48 + i // 100, 48 + i // 10 % 10, 48 + i % 10] for i in range(1000)], dtype=_U8)
+    _BE.update({1: numpy.dtype(numpy.uint8)})
+    _LE2 = numpy.dtype("<u2")
+    _D2U = _D2.reshape(-1).view(_LE2)  # 0..99 as two ASCII digits in one 16-bit store
+    _D1U = _D1.reshape(-1)
     np = numpy
 
 
@@ -50,29 +54,40 @@ def _matrix(raws, width: int) -> np.ndarray:
 
 
 def _be(m: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Big-endian unsigned integer of bytes a..b of every row, as int64."""
-    v = m[:, a].astype(_I64)
-    for j in range(a + 1, b):
-        v <<= 8
-        v |= m[:, j]
+    """Big-endian unsigned integer of bytes a..b of every row, as int64 (read in place: strided big-endian views)."""
+    n, width = m.shape
+    if not m.flags.c_contiguous or not n:
+        m = np.ascontiguousarray(m)
+        if not n:
+            return np.zeros(0, dtype=_I64)
+    v = None
+    while a < b:
+        k = 4 if b - a >= 4 else 2 if b - a >= 2 else 1
+        part = np.ndarray((n,), dtype=_BE[k], buffer=m, offset=a, strides=(width,)).astype(_I64)
+        v = part if v is None else v << 8 * k | part
+        a += k
     return v
 
 
+def _mod(value: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(value // d, value % d) for value >= 0 (numpy's integer % is several times slower than // and a multiply)."""
+    q = value // d
+    return q, value - q * d
+
+
 def _digits(out: np.ndarray, at: int, value: np.ndarray, n: int) -> None:
-    """Write `value` (0 <= value < 10**n) as n ASCII digits at column `at`."""
-    while n > 0:
-        if n >= 3 and n != 4:
-            n -= 3
-            out[:, at + n:at + n + 3] = _D3[value % 1000]
-            value = value // 1000
-        elif n >= 2:
+    """Write `value` (0 <= value < 10**n) as n ASCII digits at column `at` of `out` (C-contiguous), two digits per
+    16-bit store."""
+    rows, width = out.shape
+    while n > 0 and rows:
+        if n >= 2:
             n -= 2
-            out[:, at + n:at + n + 2] = _D2[value % 100]
-            value = value // 100
+            value, r = _mod(value, 100)
+            np.ndarray((rows,), dtype=_LE2, buffer=out, offset=at + n, strides=(width,))[:] = _D2U[r]
         else:
             n -= 1
-            out[:, at + n:at + n + 1] = _D1[value % 10]
-            value = value // 10
+            value, r = _mod(value, 10)
+            np.ndarray((rows,), dtype=_U8, buffer=out, offset=at + n, strides=(width,))[:] = _D1U[r]
 
 
 def _texts(out: np.ndarray) -> list[str]:
@@ -83,10 +98,10 @@ def _texts(out: np.ndarray) -> list[str]:
 _TEMPLATE = b"0000-00-00 00:00:00.000000"
 
 
-def _datetime_texts(year, month, day, hour, minute, second, frac, fsp: int) -> list[str]:
+def _datetime_texts(year, month, day, hour, minute, second, frac, fsp: int) -> TextColumn:
     n = len(year)
     width = 19 + (fsp + 1 if fsp else 0)
-    return _texts(_datetime_bytes(_TEMPLATE[:width], n, year, month, day, hour, minute, second, frac, fsp))
+    return TextColumn.fixed(_datetime_bytes(_TEMPLATE[:width], n, year, month, day, hour, minute, second, frac, fsp))
 
 
 def _datetime_bytes(template: bytes, n: int, year, month, day, hour, minute, second, frac, fsp: int) -> np.ndarray:
@@ -95,11 +110,8 @@ def _datetime_bytes(template: bytes, n: int, year, month, day, hour, minute, sec
     out = np.empty((n, len(template)), dtype=_U8)
     out[:] = np.frombuffer(template, dtype=_U8)
     _digits(out, 0, year, 4)
-    out[:, 5:7] = _D2[month]
-    out[:, 8:10] = _D2[day]
-    out[:, 11:13] = _D2[hour]
-    out[:, 14:16] = _D2[minute]
-    out[:, 17:19] = _D2[second]
+    for at, field in ((5, month), (8, day), (11, hour), (14, minute), (17, second)):
+        _digits(out, at, field, 2)
     if fsp:
         _digits(out, 20, frac, fsp)
     return out
@@ -257,7 +269,7 @@ def _fraction(m: np.ndarray, at: int, fsp: int, signed: bool) -> np.ndarray | No
     return v
 
 
-def datetime2_texts(raws, fsp: int, iso: bool = False) -> list[str] | TextColumn | None:
+def datetime2_texts(raws, fsp: int, iso: bool = False) -> TextColumn | None:
     """DATETIME2(fsp) fields (5 bytes + fraction) -> 'YYYY-MM-DD HH:MM:SS[.f]' (iso: a TextColumn, see above)."""
     _load()
     nb = (fsp + 1) // 2
@@ -275,8 +287,8 @@ def datetime2_texts(raws, fsp: int, iso: bool = False) -> list[str] | TextColumn
         if frac is None:
             return None
     if iso:
-        return _iso_column(year, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, frac, fsp, False)
-    return _datetime_texts(year, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, frac, fsp)
+        return _iso_column(year, ym - year * 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, frac, fsp, False)
+    return _datetime_texts(year, ym - year * 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63, frac, fsp)
 
 
 def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -293,7 +305,7 @@ def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return year, month, day
 
 
-def timestamp2_texts(raws, fsp: int, iso: bool = False) -> list[str] | TextColumn | None:
+def timestamp2_texts(raws, fsp: int, iso: bool = False) -> TextColumn | None:
     """TIMESTAMP2(fsp) fields (4 bytes of epoch seconds + fraction) -> UTC text; second 0 is the zero date (iso: a
     TextColumn ending in Z, see above; None when a value is the zero date)."""
     _load()
@@ -305,23 +317,26 @@ def timestamp2_texts(raws, fsp: int, iso: bool = False) -> list[str] | TextColum
         frac = _fraction(m, 4, fsp, signed=False)
         if frac is None:
             return None
-    days, rest = np.divmod(secs, 86400)
+    days, rest = _mod(secs, 86400)
     year, month, day = _civil(days)
     zero = secs == 0
+    minutes, second = _mod(rest, 60)
+    hour, minute = _mod(minutes, 60)
     if iso:
-        return None if zero.any() else _iso_column(year, month, day, rest // 3600, rest // 60 % 60, rest % 60, frac,
-                                                   fsp, True)
+        return None if zero.any() else _iso_column(year, month, day, hour, minute, second, frac, fsp, True)
     if zero.any():
         year, month, day = np.where(zero, 0, year), np.where(zero, 0, month), np.where(zero, 0, day)
-    return _datetime_texts(year, month, day, rest // 3600, rest // 60 % 60, rest % 60, frac, fsp)
+    return _datetime_texts(year, month, day, hour, minute, second, frac, fsp)
 
 
-def date_texts(raws, iso: bool = False) -> list[str] | TextColumn | None:
+def date_texts(raws, iso: bool = False) -> TextColumn | None:
     """DATE fields (3 bytes little-endian: year << 9 | month << 5 | day) -> 'YYYY-MM-DD' (iso: a TextColumn of
     valid dates only, see above)."""
     _load()
     m = _matrix(raws, 3)
-    v = m[:, 0].astype(_I64) | m[:, 1].astype(_I64) << 8 | m[:, 2].astype(_I64) << 16
+    n = len(m)
+    v = np.ndarray((n,), dtype="<u2", buffer=m, offset=0, strides=(3,)).astype(_I64) | m[:, 2].astype(_I64) << 16 \
+        if n else np.zeros(0, dtype=_I64)
     year = v >> 9
     if len(v) and year.max() > 9999:
         return None
@@ -330,9 +345,9 @@ def date_texts(raws, iso: bool = False) -> list[str] | TextColumn | None:
     out = np.empty((len(v), 10), dtype=_U8)
     out[:] = np.frombuffer(b"0000-00-00", dtype=_U8)
     _digits(out, 0, year, 4)
-    out[:, 5:7] = _D2[(v >> 5) & 15]
-    out[:, 8:10] = _D2[v & 31]
-    return TextColumn.fixed(out) if iso else _texts(out)
+    _digits(out, 5, (v >> 5) & 15, 2)
+    _digits(out, 8, v & 31, 2)
+    return TextColumn.fixed(out)
 
 
 def _group_values(raws, groups: list[tuple[int, int]], size: int) -> tuple[list, np.ndarray] | None:
@@ -628,7 +643,7 @@ def _decimal_text(out: np.ndarray, int_digits: int, minus: np.ndarray) -> TextCo
     return TextColumn(out[keep], offsets)
 
 
-def time2_texts(raws, fsp: int) -> list[str] | None:
+def time2_texts(raws, fsp: int) -> TextColumn | None:
     """TIME2(fsp) fields (3 bytes + fraction) -> '[-]HH:MM:SS[.f]' (the hour takes 2 to 4 digits)."""
     _load()
     nb, mult = _frac_bytes(fsp)
@@ -654,16 +669,20 @@ def time2_texts(raws, fsp: int) -> list[str] | None:
     out = np.empty((len(hms), width), dtype=_U8)
     out[:] = np.frombuffer((b" 0000:00:00.000000")[:width], dtype=_U8)
     _digits(out, 1, hour, 4)
-    out[:, 6:8] = _D2[(hms >> 6) & 63]
-    out[:, 9:11] = _D2[hms & 63]
+    _digits(out, 6, (hms >> 6) & 63, 2)
+    _digits(out, 9, hms & 63, 2)
     if fsp:
         _digits(out, 12, us, fsp)
     # The hour's leading zeros beyond two digits become spaces, the sign goes just before the first digit.
     lead = np.where(hour >= 1000, 1, np.where(hour >= 100, 2, 3))
     if not negative.any() and (lead == 3).all():
-        return _texts(out[:, 3:])
-    rows = np.arange(len(hms))
-    for k in (1, 2):
-        out[rows, k] = np.where(lead > k, 32, out[rows, k])
-    out[rows[negative], lead[negative] - 1] = ord("-")
-    return list(map(str.lstrip, _texts(out)))
+        return TextColumn.fixed(np.ascontiguousarray(out[:, 3:]))
+    # Each value starts at its first hour digit, or the sign just before it.
+    start = lead - negative
+    n = len(hms)
+    rows = np.arange(n)
+    out[rows[negative], start[negative]] = ord("-")
+    keep = np.arange(width) >= start[:, None]
+    offsets = np.zeros(n + 1, dtype=_I64)
+    np.cumsum(width - start, out=offsets[1:])
+    return TextColumn(out[keep], offsets)

@@ -25,6 +25,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
+from itertools import chain, groupby
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,29 @@ def _arrow_text(parts: list[TextColumn]) -> pa.Array:
         offsets, typ = offsets.astype(np.int32), pa.string()
     return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(offsets), pa.py_buffer(column.data)], nulls
                                  ).cast(pa.string())
+
+
+def from_texts(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: ConversionStats) -> pa.Array | None:
+    """A DATE/DATETIME/TIMESTAMP or TIME column given (at least partly) as decoder TextColumns of the decoder's own
+    text: the lake's array made from that text in one buffer (what to_arrow makes of the same values as str), or
+    None when a list part holds anything but text and NULL (to_arrow then takes the values one by one)."""
+    kind = value_kind(col)
+    if kind not in TEMPORAL and kind != ct.TIME:
+        return None
+    arrays: list[pa.Array] = []
+    for is_text, group in groupby(parts, key=lambda p: type(p) is TextColumn):
+        run = list(group)
+        if is_text:
+            arrays.append(_arrow_text(run))
+        else:
+            values = list(chain.from_iterable(run))
+            if not all(type(v) is str or v is None for v in values):
+                return None
+            arrays.append(pa.array(values, pa.string()))
+    strings = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    if kind == ct.TIME:
+        return strings
+    return _temporal(strings, arrow_type(col), where, stats)
 
 
 def to_text(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: ConversionStats) -> pa.Array:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..binlog.coltypes import value_kind
 from ..binlog.tablemap import TableMap
 from ..binlog.vectorized import DecimalColumn, TextColumn
-from .convert import TEXT_KINDS, ConversionStats, arrow_type, to_arrow, to_text
+from .convert import TEXT_KINDS, ConversionStats, arrow_type, from_texts, to_arrow, to_text
 
 META_FIELDS = [
     pa.field("_op", pa.string(), nullable=False),
@@ -114,6 +114,10 @@ _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int
 
 def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.Array:
     """One column of the events (`parts`: each event's value sequence; n values in all) as an Arrow array."""
+    if any(type(p) is TextColumn for p in parts):
+        arr = from_texts(parts, col, where, stats)
+        if arr is not None:
+            return arr
     if any(type(p) is DecimalColumn for p in parts):
         typ = arrow_type(col)
         if pa.types.is_decimal(typ):
