@@ -778,7 +778,14 @@ def defer_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> Columnar
     """Like decode_event, but only walked and unpacked: its columns are converted by convert_pending, together with
     the events of the same plan and kind that follow it (a statement's rows come in events of a few KiB, too
     few values for whole-column conversion to pay off one event at a time)."""
-    flat, n = unpack_event(plan, buf, off, end, kind)
+    try:  # (unpack_event inline)
+        fmt = plan.walk(buf, off, end)
+    except struct.error:
+        fmt = plan.walk_exact(buf, off, end)
+    flat = _unpack_from(fmt, buf, off)
+    n = len(flat) // plan.nfields
+    if kind == RK.UPDATE and n % 2:
+        raise BodyError("the last updated row has no after image")
     pairs = ColumnarPairs(None, None, n // 2 if kind == RK.UPDATE else n)
     pairs.pending = (plan, kind, flat, n)
     return pairs

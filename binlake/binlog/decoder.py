@@ -18,8 +18,9 @@ from typing import BinaryIO, Protocol
 
 import zstandard
 
+from . import rows as _rows_module
 from .coltypes import TYPES
-from .columnar import ColumnarPairs, convert_pending
+from .columnar import ColumnarPairs, convert_pending, defer_event
 from .constants import ET, HEADER_LEN, RK, ROWS_EVENTS, event_name
 from .errors import (
     BinlogError,
@@ -49,7 +50,14 @@ from .events import (
 from .fde import FormatDescription
 from .packing import BodyError
 from .records import OP_DELETE, OP_INSERT, OP_UPDATE, EventRecord, RowChange, TransactionSummary
-from .rows import RowImageDecoder, decode_rows, parse_rows_header, parse_table_map
+from .rows import (
+    COLUMNAR_MAX_BYTES,
+    SMALL_EVENT_BYTES,
+    RowImageDecoder,
+    decode_rows,
+    parse_rows_header,
+    parse_table_map,
+)
 from .stream import END_COMPLETE, EventStream, RawEvent, StreamEnd, is_ignorable, open_binlog
 from .tablemap import TableMap
 from .values import ValueError_
@@ -352,17 +360,30 @@ class BinlogDecoder:
         held: list = []
         held_fields = 0
         handle = state.handle
+        # The common events of a transaction go straight to their own handlers (_FileState.fast_handlers).
+        fast = state.fast_handlers().get if state.check_order and not opts.all_events else {}.get
+        # The tallies, kept in locals and added to `counts`, `per_second` and `result` when the file's read ends:
+        # per type code (a list: codes are one byte), and per header second as runs of equal seconds.
+        by_type = [0] * 256
+        second, run = None, 0
         try:
             for ev in stream:
                 etype = ev.type
                 if stop is not None and ev.pos >= stop:
                     result.end = StreamEnd(ev.pos, "stop position")
                     break
-                result.events += 1
-                counts[etype] += 1
-                per_second[ev.timestamp] += 1
+                if not by_type[etype]:
+                    counts.setdefault(etype, 0)  # (the order of first appearance, as counted one by one)
+                by_type[etype] += 1
+                if ev.timestamp == second:
+                    run += 1
+                else:
+                    if run:
+                        per_second[second] += run
+                    second, run = ev.timestamp, 1
                 try:
-                    items = handle(ev, ev.buf, ev.body, ev.body_end, etype, 0, stream.fde)
+                    h = fast(etype)
+                    items = handle(ev, ev.buf, ev.body, ev.body_end, etype, 0, stream.fde) if h is None else h(ev)
                     if not items:  # most events: () or []
                         continue
                     for item in items:
@@ -395,6 +416,13 @@ class BinlogDecoder:
             if held:  # what was read before the error comes out before it, as it would undeferred
                 yield from _converted(groups, held)
             raise
+        finally:
+            if run:
+                per_second[second] += run
+            for code, n in enumerate(by_type):
+                if n:
+                    counts[code] += n
+                    result.events += n
         if held:
             yield from _converted(groups, held)
         if result.end is None:
@@ -471,6 +499,8 @@ class _FileState:
         self._map_pending: int | None = None  # a TABLE_MAP group waiting for its rows event
         self._gtid_pending: int | None = None  # a GTID waiting for its transaction's first event
         self._load_open = False  # a LOAD DATA's BEGIN_LOAD_QUERY seen, its EXECUTE_LOAD_QUERY not yet
+        o = self.opts
+        self.plain_rows = o.ops is None and o.start_time is None and o.stop_time is None  # (see _fast_rows)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _record(self, kind: str, ev: RawEvent, sub: int, /, **info) -> EventRecord:
@@ -615,6 +645,126 @@ class _FileState:
             self._start_txn(ev.pos, ev.timestamp)
             return self._end_txn("commit", ev, sub, {"xa_prepare": True, "one_phase": x.one_phase})
         return self._other(ev, buf, body, end, etype, sub)
+
+    # -- the common events, outside a TRANSACTION_PAYLOAD, with check_order on and all_events off --------------
+    def fast_handlers(self) -> dict:
+        """Handlers of the commonest event types, by type: each does what `handle` does for its type (order checks,
+        the transaction's bytes, the event itself) with check_order on and all_events off, outside a
+        TRANSACTION_PAYLOAD, without going through the checks of the other types."""
+        out = {_MARIA_GTID: self._fast_maria_gtid, _ANNOTATE_ROWS: self._fast_annotate, _TABLE_MAP: self._fast_table_map,
+               _XID: self._fast_xid}
+        for code, (_kind, version, compressed) in ROWS_EVENTS.items():
+            if version and not compressed and code != ET.PARTIAL_UPDATE_ROWS:
+                out[code] = self._fast_rows
+        return out
+
+    def _fast_maria_gtid(self, ev: RawEvent) -> tuple:
+        pos = ev.pos
+        if self._gtid_pending is not None:
+            raise CorruptEvent(f"the GTID at {self._gtid_pending} starts a transaction with no events", self.name, pos)
+        self._gtid_pending = pos
+        if self._map_pending is not None and self.stream.local_positions:
+            self._check_order(ev, _MARIA_GTID, False)  # raises
+        buf, body, end = ev.buf, ev.body, ev.body_end
+        if body + 13 > end:
+            raise BodyError(f"field of 13 bytes at offset {body} runs past the event end {end}")
+        seq, domain = _MARIA_GTID_HEAD.unpack_from(buf, body)
+        standalone = bool(buf[body + 12] & 1)
+        t = self.txn
+        if t.pos is None:  # the _Txn a commit left (nothing set yet): filled rather than made again
+            t.pos, t.gtid, t.first_ts, t.bytes = pos, f"{domain}-{ev.server_id}-{seq}", ev.timestamp, ev.size
+            t.maria_standalone, t.explicit = standalone, not standalone
+        else:
+            self.txn = _Txn(pos=pos, gtid=f"{domain}-{ev.server_id}-{seq}", first_ts=ev.timestamp, bytes=ev.size,
+                            maria_standalone=standalone, explicit=not standalone)
+        self.tables.clear()
+        return ()
+
+    def _fast_annotate(self, ev: RawEvent) -> tuple:
+        self._gtid_pending = None
+        if self._map_pending is not None and self.stream.local_positions:
+            self._check_order(ev, _ANNOTATE_ROWS, False)  # raises
+        t = self.txn
+        if t.pos is not None:
+            t.bytes += ev.size
+        return ()
+
+    def _fast_table_map(self, ev: RawEvent) -> tuple:
+        self._gtid_pending = None
+        if self._map_pending is None and self.stream.local_positions:
+            self._map_pending = ev.pos
+        t = self.txn
+        if t.pos is None:
+            t.pos = ev.pos
+            t.first_ts = ev.timestamp
+        else:
+            t.bytes += ev.size
+        self._table_map(ev, ev.buf, ev.body, ev.body_end, self.stream.fde)
+        return ()
+
+    def _fast_xid(self, ev: RawEvent) -> list:
+        self._gtid_pending = None
+        t = self.txn
+        if t.pos is not None:
+            t.bytes += ev.size
+        if (self._map_pending is not None or t.pos is None) and self.stream.local_positions:
+            self._check_order(ev, _XID, False)  # raises
+        buf, body, end = ev.buf, ev.body, ev.body_end
+        if body + 8 > end:
+            raise BodyError(f"field of 8 bytes at offset {body} runs past the event end {end}")
+        if t.pos is None:
+            t.pos = ev.pos
+            t.first_ts = ev.timestamp
+        # (_end_txn inline)
+        pos, ts, size = ev.pos, ev.timestamp, ev.size
+        self.result.last_commit_end = pos + size
+        self.txn = _Txn()
+        self.tables.clear()
+        if self.opts.commits:
+            summary = TransactionSummary(t.rows, t.bytes + size, t.first_ts or ts, ts, t.tables)
+            return [EventRecord("commit", self.name, pos, ts, "XID", t.pos, 0, t.gtid, pos + size,
+                                {"xid": _U64.unpack_from(buf, body)[0], "summary": summary})]
+        return ()
+
+    def _fast_rows(self, ev: RawEvent) -> list:
+        self._gtid_pending = None
+        self._map_pending = None  # (only looked at while the file's positions are its own: it never goes back)
+        t = self.txn
+        if t.pos is None:
+            t.pos = ev.pos
+            t.first_ts = ev.timestamp
+        else:
+            t.bytes += ev.size
+        etype = ev.type
+        buf, body, end = ev.buf, ev.body, ev.body_end
+        fde = self.stream.fde
+        info = ROWS_EVENTS[etype]
+        kind = info[0]
+        rh = parse_rows_header(buf, body, end, fde, etype, kind, info[1], False)
+        entry = self.tables.get(rh.table_id)
+        # What _rows and decode_rows do for a deferrable rows event of a table that is read, inline; any other case
+        # (and any error, which _rows reports) goes through _rows from the start.
+        if entry is not None and self.plain_rows:
+            tm, dec = entry
+            off, stop = rh.rows_start, rh.rows_end
+            if (type(dec) is RowImageDecoder and dec.deferrable and rh.ncols == dec.ncols
+                    and (kind != RK.UPDATE or rh.present_after == rh.present) and stop - off <= COLUMNAR_MAX_BYTES
+                    and _rows_module.COLUMNAR):
+                plan = dec._event_plans.get(rh.present)
+                if plan is not None and (plan.groups or stop - off <= SMALL_EVENT_BYTES):
+                    try:
+                        rows = defer_event(plan, buf, off, stop, kind)
+                    except _EVENT_ERRORS:
+                        return self._rows(ev, buf, body, end, etype, 0, fde, info)
+                    n = rows.n
+                    t.rows += n
+                    ts = ev.timestamp
+                    t.last_ts = ts
+                    q = tm.qualified_name
+                    t.tables[q] = t.tables.get(q, 0) + n
+                    self.result.rows += n
+                    return [RowBatch(self.name, ev.pos, t.pos, 0, ts, t.gtid, tm, OPS[kind], rows)]
+        return self._rows(ev, buf, body, end, etype, 0, fde, info)
 
     def _check_order(self, ev: RawEvent, etype: int, is_rows: bool) -> None:
         """Orders and flags every server writes, so that a damaged event type (with a matching CRC, or none) cannot

@@ -20,6 +20,8 @@ from .tablemap import Column, TableMap
 from .values import ABSENT, ValueError_, string_real_type
 
 U16 = struct.Struct("<H")
+_TID4_FLAGS = struct.Struct("<IH")  # a rows event's 4-byte table id and its flags
+_TID6_FLAGS = struct.Struct("<IHH")  # a 6-byte table id (low 4 bytes, high 2) and the flags
 COLUMNAR = True  # decode whole events column by column (columnar.py); False: row by row (rowcodegen.py)
 # Larger rows events (a raised binlog_row_event_max_size) go row by row: one struct format and one tuple of all
 # their fields would hold several copies of the event at once.
@@ -273,9 +275,13 @@ def parse_rows_header(
     post = fde.post_header_len(event_type)
     if post == 0:
         post = 10 if version == 2 else 8
-    need(body, post, end)
-    table_id = int.from_bytes(buf[body : body + (4 if post == 6 else 6)], "little")
-    flags = U16.unpack_from(buf, body + (4 if post == 6 else 6))[0]
+    if body + post > end:
+        raise BodyError(f"field of {post} bytes at offset {body} runs past the event end {end}")
+    if post == 6:
+        table_id, flags = _TID4_FLAGS.unpack_from(buf, body)
+    else:
+        low, high, flags = _TID6_FLAGS.unpack_from(buf, body)
+        table_id = low | high << 32
     off = body + post
     if version == 2 and post >= 10:
         extra_len = U16.unpack_from(buf, body + 8)[0]
@@ -283,9 +289,16 @@ def parse_rows_header(
             raise BodyError(f"rows event extra-data length {extra_len} is below its minimum of 2")
         need(off, extra_len - 2, end)
         off += extra_len - 2
-    ncols, off = packed_int(buf, off, end)
-    present, off = _bitmap(buf, off, ncols, end)
-    present_after = present
+    if off < end and buf[off] < 251:  # (packed_int's one-byte case inline)
+        ncols = buf[off]
+        off += 1
+    else:
+        ncols, off = packed_int(buf, off, end)
+    nbytes = (ncols + 7) >> 3
+    if off + nbytes > end:
+        raise BodyError(f"field of {nbytes} bytes at offset {off} runs past the event end {end}")
+    present = present_after = int.from_bytes(buf[off : off + nbytes], "little")
+    off += nbytes
     if kind == RK.UPDATE and version > 0:  # pre-GA updates share one bitmap for both images
         present_after, off = _bitmap(buf, off, ncols, end)
     if compressed:
@@ -392,7 +405,10 @@ def decode_rows(ev: RowsEvent, dec: RowImageDecoder, defer: bool = False) -> lis
     kind = ev.kind
     if (ev.version and (kind != RK.UPDATE or ev.present_after == ev.present) and COLUMNAR
             and end - off <= COLUMNAR_MAX_BYTES):
-        plan = dec.event_plan(ev.present)
+        try:
+            plan = dec._event_plans[ev.present]
+        except KeyError:
+            plan = dec.event_plan(ev.present)
         if plan is not None:
             # Deferred (converted with the next events of this plan and kind) when a column converts a whole
             # column with numpy, or when the event is small: a few rows (single-row transactions) cost mostly the
