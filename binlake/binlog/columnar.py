@@ -704,20 +704,55 @@ class ColumnarPairs:
     value sequence per table column, None for an image kind the event lacks). The row tuples are built only when
     a consumer iterates or indexes the pairs; the lake's history reads the columns and never builds them."""
 
-    __slots__ = ("_pairs", "after", "before", "n", "pending")
+    __slots__ = ("_after", "_before", "_pairs", "_whole", "n", "pending")
 
     def __init__(self, before: list | None, after: list | None, n: int) -> None:
-        self.before = before
-        self.after = after
+        self._before = before
+        self._after = after
         self.n = n
         self._pairs: list | None = None
         self.pending: tuple | None = None  # (plan, kind, flat, images): not converted yet (defer_event)
+        # (before columns, after columns, first image) of the events converted together with this one
+        # (convert_pending): this event's own columns are cut from them when first asked for.
+        self._whole: tuple | None = None
+
+    @property
+    def before(self) -> list | None:
+        if self._whole is not None:
+            self._cut()
+        return self._before
+
+    @before.setter
+    def before(self, value: list | None) -> None:
+        if self._whole is not None:
+            self._cut()
+        self._before = value
+
+    @property
+    def after(self) -> list | None:
+        if self._whole is not None:
+            self._cut()
+        return self._after
+
+    @after.setter
+    def after(self, value: list | None) -> None:
+        if self._whole is not None:
+            self._cut()
+        self._after = value
+
+    def _cut(self) -> None:
+        before, after, at = self._whole  # type: ignore[misc]
+        end = at + self.n
+        self._before = None if before is None else [c[at:end] for c in before]
+        self._after = None if after is None else [c[at:end] for c in after]
+        self._whole = None
 
     def pairs(self) -> list[tuple]:
         if self._pairs is None:
             # Every column holds n values, so zip(*columns) makes exactly n row tuples.
-            before = zip(*self.before, strict=True) if self.before is not None else repeat(None, self.n)
-            after = zip(*self.after, strict=True) if self.after is not None else repeat(None, self.n)
+            before, after = self.before, self.after
+            before = zip(*before, strict=True) if before is not None else repeat(None, self.n)
+            after = zip(*after, strict=True) if after is not None else repeat(None, self.n)
             self._pairs = list(zip(before, after, strict=True))
         return self._pairs
 
@@ -804,13 +839,14 @@ def convert_pending(group: list[ColumnarPairs]) -> None:
         except Exception:  # some event's values are bad: convert one by one, so the error names its event
             whole = None
         if whole is not None:
+            # Each event's columns are cut from the whole ones when a consumer first asks for them (stats never
+            # does).
+            before, after = whole.before, whole.after
             at = 0
             for g in group:
-                end = at + g.n
-                g.before = None if whole.before is None else [c[at:end] for c in whole.before]
-                g.after = None if whole.after is None else [c[at:end] for c in whole.after]
+                g._whole = (before, after, at)
                 g.pending = None
-                at = end
+                at += g.n
             return
     for g in group:
         plan, kind, flat, n = g.pending

@@ -66,6 +66,8 @@ OPS = {RK.WRITE: OP_INSERT, RK.UPDATE: OP_UPDATE, RK.DELETE: OP_DELETE}
 HEADER = struct.Struct("<IBIIIH")
 _U64 = struct.Struct("<Q")
 _MARIA_GTID_HEAD = struct.Struct("<QI")  # sequence number, domain id (then the flags byte)
+_TID6_FLAGS = struct.Struct("<IHH")  # a rows event's 6-byte table id (low 4 bytes, high 2) and its flags
+_from_bytes = int.from_bytes
 
 SKIPPED = "skipped"
 _GTID_TYPES = frozenset({ET.GTID, ET.ANONYMOUS_GTID, ET.GTID_TAGGED, ET.MARIA_GTID})
@@ -501,6 +503,8 @@ class _FileState:
         self._load_open = False  # a LOAD DATA's BEGIN_LOAD_QUERY seen, its EXECUTE_LOAD_QUERY not yet
         o = self.opts
         self.plain_rows = o.ops is None and o.start_time is None and o.stop_time is None  # (see _fast_rows)
+        self._post_fde: FormatDescription | None = None
+        self._post: dict[int, int] = {}  # rows event type -> post-header length, under _post_fde
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _record(self, kind: str, ev: RawEvent, sub: int, /, **info) -> EventRecord:
@@ -739,31 +743,48 @@ class _FileState:
         buf, body, end = ev.buf, ev.body, ev.body_end
         fde = self.stream.fde
         info = ROWS_EVENTS[etype]
+        # What parse_rows_header, _rows and decode_rows do for the common case, inline: a 6-byte table id, no
+        # extra data, fewer than 251 columns, a deferrable rows event of a table that is read. Any other case (and
+        # any error, which they report) goes through _rows from the start.
+        if fde is not self._post_fde:
+            self._post_fde = fde
+            self._post = {code: fde.post_header_len(code) for code in ROWS_EVENTS}
+        post = self._post[etype]
         kind = info[0]
-        rh = parse_rows_header(buf, body, end, fde, etype, kind, info[1], False)
-        entry = self.tables.get(rh.table_id)
-        # What _rows and decode_rows do for a deferrable rows event of a table that is read, inline; any other case
-        # (and any error, which _rows reports) goes through _rows from the start.
-        if entry is not None and self.plain_rows:
-            tm, dec = entry
-            off, stop = rh.rows_start, rh.rows_end
-            if (type(dec) is RowImageDecoder and dec.deferrable and rh.ncols == dec.ncols
-                    and (kind != RK.UPDATE or rh.present_after == rh.present) and stop - off <= COLUMNAR_MAX_BYTES
-                    and _rows_module.COLUMNAR):
-                plan = dec._event_plans.get(rh.present)
-                if plan is not None and (plan.groups or stop - off <= SMALL_EVENT_BYTES):
-                    try:
-                        rows = defer_event(plan, buf, off, stop, kind)
-                    except _EVENT_ERRORS:
-                        return self._rows(ev, buf, body, end, etype, 0, fde, info)
-                    n = rows.n
-                    t.rows += n
-                    ts = ev.timestamp
-                    t.last_ts = ts
-                    q = tm.qualified_name
-                    t.tables[q] = t.tables.get(q, 0) + n
-                    self.result.rows += n
-                    return [RowBatch(self.name, ev.pos, t.pos, 0, ts, t.gtid, tm, OPS[kind], rows)]
+        if (post == 8 or (post == 10 and info[1] == 2)) and self.plain_rows:
+            off = body + post
+            if off < end:
+                low, high, _flags = _TID6_FLAGS.unpack_from(buf, body)
+                if post == 8 or buf[body + 8] | buf[body + 9] << 8 == 2:
+                    ncols = buf[off]
+                    nbytes = (ncols + 7) >> 3
+                    off += 1
+                    present = _from_bytes(buf[off : off + nbytes], "little")
+                    off += nbytes
+                    if kind == RK.UPDATE:
+                        present_after = _from_bytes(buf[off : off + nbytes], "little")
+                        off += nbytes
+                    else:
+                        present_after = present
+                    entry = self.tables.get(low | high << 32)
+                    if entry is not None and off <= end and ncols < 251 and present_after == present:
+                        tm, dec = entry
+                        if (type(dec) is RowImageDecoder and dec.deferrable and ncols == dec.ncols
+                                and end - off <= COLUMNAR_MAX_BYTES and _rows_module.COLUMNAR):
+                            plan = dec._event_plans.get(present)
+                            if plan is not None and (plan.groups or end - off <= SMALL_EVENT_BYTES):
+                                try:
+                                    rows = defer_event(plan, buf, off, end, kind)
+                                except _EVENT_ERRORS:
+                                    return self._rows(ev, buf, body, end, etype, 0, fde, info)
+                                n = rows.n
+                                t.rows += n
+                                ts = ev.timestamp
+                                t.last_ts = ts
+                                q = tm.qualified_name
+                                t.tables[q] = t.tables.get(q, 0) + n
+                                self.result.rows += n
+                                return [RowBatch(self.name, ev.pos, t.pos, 0, ts, t.gtid, tm, OPS[kind], rows)]
         return self._rows(ev, buf, body, end, etype, 0, fde, info)
 
     def _check_order(self, ev: RawEvent, etype: int, is_rows: bool) -> None:

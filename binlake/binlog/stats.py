@@ -87,16 +87,23 @@ class BinlogStats:
             # (key, TxnInfo); keys are unique (seq).
             t = None
             top = self.top
-            for heap, key in ((self._largest, (rows, s.bytes, seq)), (self._longest, (duration, rows, seq))):
+            heap = self._largest
+            key = (rows, s.bytes, seq)
+            if len(heap) < top or key > heap[0][0]:
+                t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes, first, last)
                 if len(heap) < top:
-                    if t is None:
-                        t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes,
-                                    first, last)
                     heapq.heappush(heap, (key, t))
-                elif key > heap[0][0]:
-                    if t is None:
-                        t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes,
-                                    first, last)
+                else:
+                    heapq.heapreplace(heap, (key, t))
+            heap = self._longest
+            key = (duration, rows, seq)
+            if len(heap) < top or key > heap[0][0]:
+                if t is None:
+                    t = TxnInfo(r.file, r.txn_pos if r.txn_pos is not None else r.pos, r.gtid, rows, s.bytes,
+                                first, last)
+                if len(heap) < top:
+                    heapq.heappush(heap, (key, t))
+                else:
                     heapq.heapreplace(heap, (key, t))
         elif r.kind == "statement":
             self.statements += 1
