@@ -722,13 +722,18 @@ class _FileState:
         # (_end_txn inline)
         pos, ts, size = ev.pos, ev.timestamp, ev.size
         self.result.last_commit_end = pos + size
-        self.txn = _Txn()
         self.tables.clear()
+        out: tuple | list = ()
         if self.opts.commits:
             summary = TransactionSummary(t.rows, t.bytes + size, t.first_ts or ts, ts, t.tables)
-            return [EventRecord("commit", self.name, pos, ts, "XID", t.pos, 0, t.gtid, pos + size,
-                                {"xid": _U64.unpack_from(buf, body)[0], "summary": summary})]
-        return ()
+            out = [EventRecord("commit", self.name, pos, ts, "XID", t.pos, 0, t.gtid, pos + size,
+                               {"xid": _U64.unpack_from(buf, body)[0], "summary": summary})]
+        # The next transaction's _Txn: this one, emptied (nothing else holds it; its tables dict went to the summary).
+        t.pos = t.gtid = None
+        t.explicit = t.maria_standalone = False
+        t.rows = t.bytes = t.first_ts = t.last_ts = 0
+        t.tables = {}
+        return out
 
     def _fast_rows(self, ev: RawEvent) -> list:
         self._gtid_pending = None

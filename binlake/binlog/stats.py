@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .columnar import ColumnarPairs
 from .output import format_ts
 from .records import EventRecord, RowChange
 
@@ -120,7 +121,8 @@ class BinlogStats:
         add = self.add
         for item in items:
             if type(item) is not EventRecord and type(item) is not RowChange:  # a RowBatch: one rows event
-                n = len(item.pairs)
+                pairs = item.pairs
+                n = pairs.n if type(pairs) is ColumnarPairs else len(pairs)
                 if n:
                     self.rows_by_table[item.table.qualified_name][item.op] += n
                     self.rows_per_second[item.ts] += n
