@@ -368,6 +368,11 @@ class BinlogDecoder:
         # per type code (a list: codes are one byte), and per header second as runs of equal seconds.
         by_type = [0] * 256
         second, run = None, 0
+        # The read makes many containers and no reference cycles: the cyclic collector, which would only rescan the
+        # items held for conversion, is off while it runs (as it was, whenever the consumer has the items).
+        collecting = gc.isenabled()
+        gc.disable()
+        live = True  # the collector is this generator's to restore (False while the consumer has the items)
         try:
             for ev in stream:
                 etype = ev.type
@@ -388,13 +393,18 @@ class BinlogDecoder:
                     items = handle(ev, ev.buf, ev.body, ev.body_end, etype, 0, stream.fde) if h is None else h(ev)
                     if not items:  # most events: () or []
                         continue
+                    out: list = []  # what this event lets out, in order
+                    error = None  # a bad value found converting held events (after the items before it)
                     for item in items:
                         if type(item) is RowBatch:
                             rows = item.pairs
                             if type(rows) is ColumnarPairs and rows.pending is not None:
                                 if held_fields >= GROUP_FIELDS or len(held) >= GROUP_ITEMS:
-                                    yield from _converted(groups, held)
+                                    done, error = _converted(groups, held)
+                                    out += done
                                     held_fields = 0
+                                    if error is not None:
+                                        break
                                 pending = rows.pending
                                 key = (pending[0], pending[1])  # what events must share to convert together
                                 group = groups.get(key)
@@ -409,16 +419,39 @@ class BinlogDecoder:
                             held.append(item)
                             continue
                         if held:
-                            yield from _converted(groups, held)
+                            done, error = _converted(groups, held)
+                            out += done
                             held_fields = 0
-                        yield item
+                            if error is not None:
+                                break
+                        out.append(item)
+                    if out or error is not None:
+                        if collecting:
+                            gc.enable()
+                        live = False
+                        yield from out
+                        if error is not None:
+                            raise error
+                        collecting = gc.isenabled()
+                        gc.disable()
+                        live = True
                 except _EVENT_ERRORS as exc:
                     raise _corrupt_event(exc, ev.type, name, ev.pos) from None
         except Exception:
+            if live:
+                live = False
+                if collecting:
+                    gc.enable()
             if held:  # what was read before the error comes out before it, as it would undeferred
-                yield from _converted(groups, held)
+                done, error = _converted(groups, held)
+                yield from done
+                if error is not None:
+                    raise error
             raise
         finally:
+            if live and collecting:
+                gc.enable()
+            live = False
             if run:
                 per_second[second] += run
             for code, n in enumerate(by_type):
@@ -426,7 +459,10 @@ class BinlogDecoder:
                     counts[code] += n
                     result.events += n
         if held:
-            yield from _converted(groups, held)
+            done, error = _converted(groups, held)
+            yield from done
+            if error is not None:
+                raise error
         if result.end is None:
             result.end = stream.end or StreamEnd(0, END_COMPLETE)
         if stream.first_fde is not None:
@@ -434,12 +470,12 @@ class BinlogDecoder:
         result.in_use = stream.in_use
 
 
-def _converted(groups: dict, held: list) -> Iterable:
+def _converted(groups: dict, held: list) -> tuple[list, BaseException | None]:
     """Convert the deferred rows events of each group (one plan and kind: columnar.convert_pending) and return
-    `held` (those events and the commit records read between them) in order; both emptied.
+    `held` (those events and the commit records read between them) in order, and None; both emptied.
 
     A bad value is reported at its own event, as when the events are decoded alone: then the items before the first
-    event (in binlog order) that fails come out, then its error."""
+    event (in binlog order) that fails are returned, with its error (for the caller to raise once they are out)."""
     parts = list(groups.values())
     items = held[:]
     groups.clear()
@@ -459,7 +495,7 @@ def _converted(groups: dict, held: list) -> Iterable:
         if collecting:
             gc.enable()
     if not failed:
-        return items
+        return items, None
     at = {id(item): i for i, item in enumerate(items)}
     bad, exc = min(failed, key=lambda f: at[id(f[0])])
     where = f"rows event for {bad.table.qualified_name}"
@@ -467,12 +503,7 @@ def _converted(groups: dict, held: list) -> Iterable:
         exc = CorruptEvent(f"{where}: {exc}", bad.file, bad.pos)
     elif isinstance(exc, (struct.error, IndexError, UnicodeDecodeError, OverflowError)):
         exc = CorruptEvent(f"{where} is malformed ({exc})", bad.file, bad.pos)
-    return _then_raise(items[: at[id(bad)]], exc)
-
-
-def _then_raise(items: list, error: BaseException) -> Iterator:
-    yield from items
-    raise error
+    return items[: at[id(bad)]], exc
 
 
 def event_type_counts(counts: Counter) -> dict[str, int]:
@@ -505,6 +536,8 @@ class _FileState:
         self.plain_rows = o.ops is None and o.start_time is None and o.stop_time is None  # (see _fast_rows)
         self._post_fde: FormatDescription | None = None
         self._post: dict[int, int] = {}  # rows event type -> post-header length, under _post_fde
+        self._map_fde: FormatDescription | None = None
+        self._map_id_len = 6  # a TABLE_MAP's table id length, under _map_fde
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _record(self, kind: str, ev: RawEvent, sub: int, /, **info) -> EventRecord:
@@ -703,7 +736,19 @@ class _FileState:
             t.first_ts = ev.timestamp
         else:
             t.bytes += ev.size
-        self._table_map(ev, ev.buf, ev.body, ev.body_end, self.stream.fde)
+        fde = self.stream.fde
+        if self.opts.table_resolver is None:  # (_table_map's cache hit, inline)
+            if fde is not self._map_fde:
+                self._map_fde = fde
+                self._map_id_len = 4 if (fde.post_header_len(_TABLE_MAP) or 8) == 6 else 6
+            buf, body, id_len = ev.buf, ev.body, self._map_id_len
+            cached = self.d._decoder_cache.get((buf[body + id_len : ev.body_end], fde.is_mariadb))
+            if cached is not None:
+                table_id = _from_bytes(buf[body : body + id_len], "little")
+                cached[0].table_id = table_id
+                self.tables[table_id] = cached
+                return ()
+        self._table_map(ev, ev.buf, ev.body, ev.body_end, fde)
         return ()
 
     def _fast_xid(self, ev: RawEvent) -> list:

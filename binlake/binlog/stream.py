@@ -238,12 +238,13 @@ class EventStream:
                 if view_of is not buf:
                     view_of, view = buf, memoryview(buf)
                 last = None
+                max_size, residue = MAX_EVENT_SIZE, CRC32_RESIDUE
                 while off <= limit:
                     ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
                     end = off + size
-                    if (etype not in plain or end > buf_len or size < min_size or size > MAX_EVENT_SIZE
+                    if (etype not in plain or end > buf_len or size < min_size or size > max_size
                             or (log_pos != base + end and local and (log_pos or zero_bad))
-                            or (check_crc and crc32(view[off:end]) != CRC32_RESIDUE)):
+                            or (check_crc and crc32(view[off:end]) != residue)):
                         break
                     last = etype
                     yield RawEvent(base + off, ts, etype, server_id, size, log_pos, flags, buf, off, off + HEADER_LEN,
