@@ -446,7 +446,7 @@ class BinlogDecoder:
                 done, error = _converted(groups, held)
                 yield from done
                 if error is not None:
-                    raise error
+                    raise error from None
             raise
         finally:
             if live and collecting:
