@@ -54,7 +54,12 @@ def segments(history: pa.Table) -> Iterator[Segment]:
     ordered = history if in_order(history) else history.sort_by([(c, "ascending") for c in ORDER])
     if ordered.num_rows == 0:
         return
-    versions = ordered.column("_schema_version").combine_chunks()
+    versions = ordered.column("_schema_version")
+    first = versions[0]
+    if first.is_valid and versions.null_count == 0 and pc.all(pc.equal(versions, first)).as_py():
+        yield Segment(first.as_py(), ordered)  # one schema version (the usual batch): no codes needed
+        return
+    versions = versions.combine_chunks()
     codes = versions.dictionary_encode().indices.fill_null(-1).to_numpy(zero_copy_only=False)
     cuts = [0, *(np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist(), len(codes)]
     for a, b in itertools.pairwise(cuts):

@@ -107,9 +107,8 @@ class DeltaRsEngine:
         from a fresh snapshot on a conflict. `create`: (schema, partition columns) to create the table with first."""
 
         def attempt() -> bool:
-            if create is not None:
-                self.create_empty(path, *create)
-            dt = self._dt(path)
+            dt = self._create(path, *create) if create is not None else None
+            dt = dt or self._dt(path)
             if is_committed(dt.transaction_version(app_id), batch):
                 return False
             before = dt.version()
@@ -161,14 +160,20 @@ class DeltaRsEngine:
     # -- writes -----------------------------------------------------------------------------------------------
 
     def create_empty(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
+        self._create(path, schema, partition_by)
+
+    def _create(self, path: str, schema: pa.Schema, partition_by: list[str] | None = None):
+        """create_empty, returning the new table's handle as created (version 0), or None when the table existed
+        already (or another writer created it first): the caller then loads it."""
         if self.exists(path):
-            return
+            return None
         try:
-            DeltaTable.create(str(path), schema, mode="ignore", partition_by=partition_by or None,
-                              storage_options=self.storage_options)
+            return DeltaTable.create(str(path), schema, mode="ignore", partition_by=partition_by or None,
+                                     storage_options=self.storage_options)
         except (CommitFailedError, DeltaError):
             if not self.exists(path):  # lost a creation race: fine; anything else is a real error
                 raise
+        return None
 
     def append(self, path: str, data: pa.Table, app_id: str, batch: int,
                partition_by: list[str] | None = None) -> bool:
@@ -309,26 +314,31 @@ class DeltaRsEngine:
         data = pa.concat_tables([validate_merge_input(data.slice(at, rows), keys)
                                  for at in range(0, max(1, data.num_rows), rows)])
         columns = current_columns(data)
+        dt = None
         if self.exists(path):
             check_merge_columns(self, path, columns)
         else:
-            self.create_empty(path, data.select(columns).schema)
-        dt = self._dt(path)
+            dt = self._create(path, data.select(columns).schema)
+        dt = dt or self._dt(path)
         if is_committed(dt.transaction_version(app_id), batch):
             return False
         target = self._arrow_schema(dt)
-        if not self._pristine(path) or set(data.select(columns).schema) != set(target):  # filled meanwhile, or
-            return merge_with_tombstones(self, path, data, keys, app_id, batch)       # other types: the general way
         tpath = tombstone_path(path)
+        # Pristine (as `_pristine`), judged on the snapshot the overwrite below commits from.
+        if dt.file_uris() or (self.exists(tpath) and self._dt(tpath).file_uris()) or \
+                set(data.select(columns).schema) != set(target):  # filled meanwhile, or other types:
+            return merge_with_tombstones(self, path, data, keys, app_id, batch)  # the general way
         key_schema = pa.schema([pa.field(k, data.schema.field(k).type) for k in keys] + [pa.field(SEQ, pa.int64())])
         deleted = data.column(DELETED)
         deletes = data.select(key_schema.names).filter(deleted)
         if deletes.num_rows:
-            self.create_empty(tpath, key_schema)
-            write_deltalake(self._dt(tpath), deletes, mode="overwrite", predicate="true",
+            tdt = self._create(tpath, key_schema) or self._dt(tpath)
+            write_deltalake(tdt, deletes, mode="overwrite", predicate="true",
                             commit_properties=self._props(commit_meta("tombstones", [(app_id, batch)])),
                             writer_properties=WriterProperties(dictionary_page_size_limit=DICTIONARY_PAGE_BYTES))
-        ours = self.version(tpath)
+            ours = tdt.version()  # the handle is at the commit it just made
+        else:
+            ours = self.version(tpath)
         meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=ours)
         before = dt.version()
         # The upserts streamed batch by batch (no copy of the whole input held beside it).
