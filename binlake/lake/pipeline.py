@@ -28,7 +28,6 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -385,6 +384,8 @@ def _append_history(engine: DeltaEngine, layout: LakeLayout, store: BatchStore, 
     if threads > 1:
         # Each table's append is its own commit (its own app id), independent of the others': an engine whose
         # commits run as cluster jobs (delta-spark) runs several at once, from driver threads.
+        from concurrent.futures import ThreadPoolExecutor  # here: only such engines need it
+
         with ThreadPoolExecutor(threads, thread_name_prefix="history-append") as pool:
             done = [pool.submit(append_staged, name, info) for name, info in staged]
         for future in done:

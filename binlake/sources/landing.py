@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tarfile
 from pathlib import Path
 
 from .base import SourceError, SourceFile, safe_file_name
@@ -56,6 +55,8 @@ def part_path(path: Path) -> Path:
 
 def unpack_tar(archive: Path, name: str, out: Path) -> None:
     """Extract the one member called `name` (a regular file) from `archive` into `out`."""
+    import tarfile  # here: only packed downloads need it (an ingest of local files never does)
+
     try:
         with tarfile.open(archive, mode="r:*") as tar:
             members = [m for m in tar.getmembers() if m.isfile()]
