@@ -104,7 +104,9 @@ class DeltaRsEngine:
     def _commit_once(self, path: str, app_id: str, batch: int, meta: dict[str, Any], write: Callable[[Any], Any],
                      create: tuple[pa.Schema, list[str] | None] | None = None) -> bool:
         """One commit of `write(table)` carrying (app_id, batch), unless the table recorded it (False); retried
-        from a fresh snapshot on a conflict. `create`: (schema, partition columns) to create the table with first."""
+        from a fresh snapshot on a conflict. `create`: (schema, partition columns) to create the table with first.
+        `write` returns True when it committed whatever it was given (create_write_transaction): then the handle
+        is not brought up to date to find out."""
 
         def attempt() -> bool:
             dt = self._create(path, *create) if create is not None else None
@@ -112,8 +114,8 @@ class DeltaRsEngine:
             if is_committed(dt.transaction_version(app_id), batch):
                 return False
             before = dt.version()
-            write(dt)
-            self._ensure_commit(dt, before, meta)
+            if not write(dt):
+                self._ensure_commit(dt, before, meta)
             return True
 
         return self._retry(attempt)
@@ -200,10 +202,10 @@ class DeltaRsEngine:
         actions = [AddAction(f["path"], f["size"], f["partition_values"], f["modification_time"], True, f["stats"])
                    for f in files]
 
-        def write(dt) -> None:
+        def write(dt) -> bool:
             dt.create_write_transaction(actions, "append", schema, partition_by=partition_by or None,
                                         commit_properties=self._props(meta))
-            dt.update_incremental()  # the handle sees its own commit (else _ensure_commit would commit again)
+            return True  # a commit even of no files (the txn alone), so nothing for _ensure_commit to add
 
         return self._commit_once(path, app_id, batch, meta, write, create=(schema, partition_by))
 
