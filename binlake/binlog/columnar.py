@@ -303,20 +303,20 @@ def plan_enum(codec: Any, bit: int) -> _Col:
 
 
 def plan_text(codec: Any, bit: int, iso: bool = False) -> _Col:
-    """A length-prefixed value decoded with the column's charset (bytes for the binary collation; iso: UTF-8 text as
-    a TextColumn, see vectorized.utf8_texts)."""
+    """A length-prefixed value decoded with the column's charset (bytes for the binary collation; UTF-8 text as a
+    TextColumn, see vectorized.utf8_texts)."""
     col = codec.col
     fn = _text_fn(col)
     if fn is None:
         return _Col(col.index, bit, None, codec.prefix, _first, _same)
-    if iso and fn is bytes.decode:
+    if fn is bytes.decode:
 
         def utf8(f):
             raws = f[0]
             values = utf8_texts(raws) if len(raws) >= WHOLE_MIN else None
             return values if values is not None else list(map(fn, raws))
 
-        return _Col(col.index, bit, None, codec.prefix, utf8, fn)
+        return _whole(_Col(col.index, bit, None, codec.prefix, utf8, fn))
     if fn is decode_mysql_latin1:  # ISO latin-1's C decoder where the bytes allow
         return _Col(col.index, bit, None, codec.prefix, lambda f: latin1_texts(f[0], fn), fn)
     vec, one = _mapped(fn)

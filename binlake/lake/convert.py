@@ -126,11 +126,12 @@ def _arrow_text(parts: list[TextColumn]) -> pa.Array:
 
 
 def from_texts(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: ConversionStats) -> pa.Array | None:
-    """A DATE/DATETIME/TIMESTAMP or TIME column given (at least partly) as decoder TextColumns of the decoder's own
-    text: the lake's array made from that text in one buffer (what to_arrow makes of the same values as str), or
-    None when a list part holds anything but text and NULL (to_arrow then takes the values one by one)."""
+    """A column given (at least partly) as decoder TextColumns of the decoder's own text (DATE/DATETIME/TIMESTAMP,
+    TIME, UTF-8 text): the lake's array made from that text in one buffer (what to_arrow makes of the same values
+    as str), or None when a list part holds anything but text and NULL (to_arrow then takes the values one by
+    one)."""
     kind = value_kind(col)
-    if kind not in TEMPORAL and kind != ct.TIME:
+    if kind == ct.DECIMAL or (kind not in TEMPORAL and arrow_type(col) != pa.string()):
         return None
     arrays: list[pa.Array] = []
     for is_text, group in groupby(parts, key=lambda p: type(p) is TextColumn):
@@ -143,7 +144,7 @@ def from_texts(parts: Sequence[Sequence[Any]], col: Column, where: str, stats: C
                 return None
             arrays.append(pa.array(values, pa.string()))
     strings = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-    if kind == ct.TIME:
+    if kind not in TEMPORAL:
         return strings
     return _temporal(strings, arrow_type(col), where, stats)
 

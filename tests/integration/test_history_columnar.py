@@ -11,7 +11,7 @@ import pytest
 from binlake.binlog import rows
 from binlake.binlog.columnar import ColumnarPairs
 from binlake.binlog.decoder import BinlogDecoder, DecodeOptions, RowBatch
-from binlake.binlog.vectorized import DecimalColumn
+from binlake.binlog.vectorized import DecimalColumn, TextColumn
 from binlake.lake.decode_task import decode_range
 from binlake.testing.workload import run_all_types_workload
 
@@ -52,7 +52,8 @@ def test_history_from_columns_equals_history_from_rows(mariadb_full, row_image: 
     assert any(isinstance(b.pairs, ColumnarPairs) for b in batches)
     assert {b.op for b in batches} == {"insert", "update", "delete"}
     handed = {type(c) for b in batches if isinstance(b.pairs, ColumnarPairs) for c in (b.pairs.after or b.pairs.before)}
-    assert DecimalColumn in handed  # DECIMAL columns went to the lake as digit groups, not Decimals
+    # DECIMAL columns went to the lake as digit groups, temporal and UTF-8 text as text buffers, not Python objects
+    assert {DecimalColumn, TextColumn} <= handed
 
     fast, fast_conv, fast_counts = _histories(files, start, db, True, monkeypatch)
     slow, slow_conv, slow_counts = _histories(files, start, db, False, monkeypatch)
