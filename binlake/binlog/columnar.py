@@ -740,6 +740,12 @@ class ColumnarPairs:
             self._cut()
         self._after = value
 
+    def span(self) -> tuple | None:
+        """(before columns, after columns, first image) of the events this one was converted with, whose images
+        at..at+n are its rows, while its own columns are not cut from them yet (convert_pending); else None. A
+        consumer of several such events in a row may take their columns in one slice (lake.history)."""
+        return self._whole
+
     def _cut(self) -> None:
         before, after, at = self._whole  # type: ignore[misc]
         end = at + self.n

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..binlog.coltypes import value_kind
+from ..binlog.columnar import ColumnarPairs
 from ..binlog.tablemap import TableMap
 from ..binlog.vectorized import DecimalColumn, TextColumn
 from .convert import TEXT_KINDS, ConversionStats, arrow_type, from_texts, to_arrow, to_text
@@ -69,8 +70,9 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
     rows: list[list] = [[] for _ in range(k)]  # per column: each event's values of the row after the change
     befores: list[list] = [[] for _ in range(k)]  # per column: each update's before-image values
     has_before: list[np.ndarray] = []  # per event: which of its rows have a before image
-    for batch in batches:
-        main, before, present = _event_columns(batch, k, tm.qualified_name)
+    i = 0
+    while i < len(batches):
+        i, main, before, present = _run_columns(batches, i, k, tm.qualified_name)
         for out, col in zip(rows, main, strict=True):
             out.append(col)
         if before is not None:
@@ -150,6 +152,37 @@ def _same(after: list, before: list) -> bool:
     return all(a.same(b) if type(a) is TextColumn or type(a) is DecimalColumn else
                type(b) is not TextColumn and type(b) is not DecimalColumn and len(a) == len(b) and
                all(map(is_, a, b)) for a, b in zip(after, before, strict=True))
+
+
+def _run_columns(batches: list, i: int, k: int, where: str) -> tuple[int, list, list | None, np.ndarray]:
+    """The columns of batches[i] as _event_columns gives them, and the index of the next batch; when the events
+    that follow were converted together with it (the decoder's groups of small rows events: ColumnarPairs.span),
+    at the places that follow, their columns come with it in one slice each rather than one per event."""
+    pairs = batches[i].pairs
+    span = pairs.span() if type(pairs) is ColumnarPairs else None
+    if span is None:
+        return (i + 1, *_event_columns(batches[i], k, where))
+    whole_before, whole_after, at = span
+    op = batches[i].op
+    end = at + pairs.n
+    j = i + 1
+    while j < len(batches):
+        more = batches[j].pairs
+        nxt = more.span() if type(more) is ColumnarPairs else None
+        if (nxt is None or nxt[0] is not whole_before or nxt[1] is not whole_after or nxt[2] != end
+                or batches[j].op != op):
+            break
+        end += more.n
+        j += 1
+    main = whole_after if whole_after is not None else whole_before
+    if j == i + 1 or main is None:
+        return (i + 1, *_event_columns(batches[i], k, where))
+    if len(main) != k:
+        raise ValueError(f"{where}: row images do not all have the table map's {k} columns")
+    main = [c[at:end] for c in main]
+    if op == "update" and whole_before is not None:
+        return j, main, [c[at:end] for c in whole_before], np.ones(end - at, bool)
+    return j, main, None, np.zeros(end - at, bool)
 
 
 def _event_columns(batch: Any, k: int, where: str) -> tuple[list, list | None, np.ndarray]:
