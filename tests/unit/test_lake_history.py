@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from itertools import pairwise
 
 import pyarrow as pa
 import pytest
@@ -173,3 +174,39 @@ def test_merge_input_moves_composite_keys_changed_in_any_column() -> None:
     assert got == {(1, 1): (None, True, 20), (1, 9): ("y", False, 40), (2, 1): (None, True, 30),
                    (7, 1): ("z", False, 30), (1, 2): ("x", False, 40), (1, 0): (None, True, 40),
                    (3, 3): ("w2", False, 60), (4, 4): (None, True, 60)}
+
+
+@pytest.mark.parametrize("name", ["osheroff__mysql-binlog-connector-java/mysql-bin.checksum-crc32",
+                                  "zalora__binlog-parser/gtid-fixtures/mysql-bin.01"])
+def test_history_of_events_converted_together_equals_history_event_by_event(name: str) -> None:
+    """The decoder converts small rows events together (ColumnarPairs.span); history_table takes the columns of such
+    events that follow each other in one slice. The table must equal the one built from each event's own columns."""
+    from binlake.binlog.columnar import ColumnarPairs
+    from binlake.binlog.decoder import BinlogDecoder
+    from tests.conftest import SHARED_BINLOGS
+
+    path = SHARED_BINLOGS / name
+    if not path.exists():
+        pytest.skip(f"fixture binlogs not found at {SHARED_BINLOGS}")
+
+    def by_table() -> dict[str, list[CommittedBatch]]:
+        out: dict[str, list[CommittedBatch]] = {}
+        for item in BinlogDecoder().decode_files_batched([path]):
+            if type(item) is RowBatch:
+                out.setdefault(item.table.qualified_name, []).append(CommittedBatch(item, item.ts, 1))
+        return out
+
+    grouped, single = by_table(), by_table()
+    runs = 0
+    for items in single.values():
+        spans = [i.batch.pairs.span() for i in items if type(i.batch.pairs) is ColumnarPairs]
+        runs += sum(1 for a, b in pairwise(spans) if a is not None and b is not None and a[1] is b[1])
+        for i in items:  # each event's own columns, cut from its group's (span() is None from then on)
+            if type(i.batch.pairs) is ColumnarPairs:
+                assert i.batch.pairs.after is not None or i.batch.pairs.before is not None
+                assert i.batch.pairs.span() is None
+    assert runs > 0  # some events were converted together and follow each other
+    for table, items in grouped.items():
+        one, each = history_table(items, 7, ConversionStats()), history_table(single[table], 7, ConversionStats())
+        assert one.num_rows == sum(len(i.batch.pairs) for i in items) > 0
+        assert one.equals(each), table
