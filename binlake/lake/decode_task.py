@@ -230,7 +230,8 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
         """A committed history piece written to the stage (its manifest kept in binlog order). In process, its
         merge input is computed now, from the rows at hand, for the merge of this batch to take rather than read
         the piece back (binlake.lake.staging.keep_merge_input)."""
-        manifest = write_piece(stage, maps[key].qualified_name, file_seq, result.start, spill.n, piece)
+        manifest = write_piece(stage, maps[key].qualified_name, file_seq, result.start, spill.n, piece,
+                               key_names(maps[key]) if maps[key].primary_key else None)
         written.setdefault(key, []).append(manifest)
         spill.n += 1
         if keep_bytes is not None and maps[key].primary_key and merge_input_room():

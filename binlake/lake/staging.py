@@ -68,8 +68,10 @@ def _seqs(table: pa.Table) -> pa.ChunkedArray:
                   table.column("_pos").cast(pa.int64()))
 
 
-def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, rows: pa.Table) -> dict:
-    """Write one piece (rows of one table and schema version of one range) and return its manifest entry."""
+def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, rows: pa.Table,
+                keys: list[str] | None = None) -> dict:
+    """Write one piece (rows of one table and schema version of one range) and return its manifest entry. With
+    the table's `keys`, the entry also says how many of its updates changed the key (`moved_keys`, moved_keys())."""
     fs, root = _fs(stage)
     rel = f"{quote(table_name, safe='')}/{file_seq}-{start}-{n}.parquet"
     path = f"{root.rstrip('/')}/{rel}"
@@ -98,7 +100,37 @@ def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, 
            "newest_commit_ts": newest.isoformat() if newest else None}
     if date is not None:
         out.update(commit_date=date.isoformat(), date_at=rows.column_names.index(DATE), stats=_stats(body))
+    if keys:
+        moved = moved_keys(rows, keys)
+        if moved is not None:
+            out["moved_keys"] = moved
     return out
+
+
+def moved_keys(rows: pa.Table, keys: list[str]) -> int | None:
+    """How many update rows of a history piece changed their key (an old key field in `_before` that differs from
+    the new one, nulls not counting): the rows from which a merge derives the old key's delete. None when it cannot
+    be told here (the merge then looks at every update). A piece with none need not be read again for them (the
+    delta-spark engine's merge_frame)."""
+    names = rows.column_names
+    if "_op" not in names or "_before" not in names or not rows.num_rows:
+        return 0
+    try:
+        updates = rows.filter(pc.equal(rows.column("_op"), "update"))
+        if not updates.num_rows:
+            return 0
+        before = updates.column("_before").combine_chunks()
+        fields = {before.type.field(i).name for i in range(before.type.num_fields)}
+        moved = None
+        for k in keys:
+            if k not in names or k not in fields:
+                continue  # an old key field the image lacks reads as null: not a move
+            differs = pc.fill_null(pc.not_equal(pc.struct_field(before, k), updates.column(k).combine_chunks()),
+                                   False)
+            moved = differs if moved is None else pc.or_(moved, differs)
+        return 0 if moved is None else int(pc.sum(moved).as_py() or 0)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
 
 
 def _one_date(rows: pa.Table) -> dt.date | None:

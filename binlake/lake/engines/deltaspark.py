@@ -624,15 +624,23 @@ class DeltaSparkEngine:
             seq = (F.shiftleft(F.col("_file_seq"), SEQ_FILE_SHIFT) + F.col("_pos")).alias(SEQ)
             main = rows.select(*[F.col(quote(c)).cast(spark_types[c]).alias(c) for c in values], seq,
                                (F.col("_op") == "delete").alias(DELETED), *order, F.lit(1).alias("__kind"))
-            before = F.col("_before")
-            moved = reduce(lambda a, b: a | b, [F.coalesce(before.getField(k) != F.col(quote(k)), F.lit(False))
-                                                for k in seg.keys])
-            tombs = rows.where((F.col("_op") == "update") & moved).select(
-                *[(before.getField(c) if c in seg.keys else F.lit(None)).cast(spark_types[c]).alias(c)
-                  for c in values], seq, F.lit(True).alias(DELETED), *order, F.lit(0).alias("__kind"))
+            rows = main
+            # Only pieces whose updates changed a key (their manifests count them: staging.moved_keys; a piece
+            # written without the count is read) are read a second time, for the old keys' deletes.
+            full = {"staged": seg.pieces, "seq_from": seg.lo, "seq_to": seg.hi}
+            movers = {**full, "staged": [p for p in seg.pieces if p.get("moved_keys") != 0]}
+            if entry_pieces(movers):
+                moving = self.staged_frame(seg.stage, movers, unified_schema(seg.stage, entry_pieces(full)))
+                before = F.col("_before")
+                moved = reduce(lambda a, b: a | b, [F.coalesce(before.getField(k) != F.col(quote(k)), F.lit(False))
+                                                    for k in seg.keys])
+                tombs = moving.where((F.col("_op") == "update") & moved).select(
+                    *[(before.getField(c) if c in seg.keys else F.lit(None)).cast(spark_types[c]).alias(c)
+                      for c in values], seq, F.lit(True).alias(DELETED), *order, F.lit(0).alias("__kind"))
+                rows = main.unionByName(tombs)
             latest = Window.partitionBy(*[F.col(quote(k)) for k in seg.keys]).orderBy(
                 *[F.col(c).desc() for c in order], F.col("__kind").desc())
-            frame = (main.unionByName(tombs).withColumn("__rn", F.row_number().over(latest))
+            frame = (rows.withColumn("__rn", F.row_number().over(latest))
                      .where(F.col("__rn") == 1).select(*[F.col(quote(c)) for c in [*values, SEQ, DELETED]]))
         if seg.changes:  # a backfill: the rows evolved forward to the table's layout, as the server's ALTERs did
             changes = list(seg.changes)
