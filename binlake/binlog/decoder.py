@@ -546,11 +546,14 @@ class _FileState:
             ev.pos + ev.size, info,
         )
 
-    def _start_txn(self, pos: int, ts: int) -> None:
+    def _start_txn(self, pos: int, ts: int, size: int) -> None:
+        """A transaction starts at this event unless one has: its bytes count the event itself (the per-event
+        count skips an event that finds no transaction open)."""
         t = self.txn
         if t.pos is None:
             t.pos = pos
             t.first_ts = ts
+            t.bytes = size
 
     def _end_txn(self, kind: str, ev: RawEvent, sub: int, info: dict) -> list[EventRecord]:
         t = self.txn
@@ -560,7 +563,7 @@ class _FileState:
                               ev.pos + ev.size, info)
             # (t.tables itself: the transaction is over, and the next one gets a new _Txn.)
             rec.info["summary"] = TransactionSummary(
-                t.rows, t.bytes + (0 if self.in_payload else ev.size), t.first_ts or ev.timestamp, ev.timestamp,
+                t.rows, t.bytes, t.first_ts or ev.timestamp, ev.timestamp,
                 t.tables,
             )
             out.append(rec)
@@ -616,6 +619,7 @@ class _FileState:
             if t.pos is None:  # (_start_txn inline)
                 t.pos = ev.pos
                 t.first_ts = ev.timestamp
+                t.bytes = ev.size
             self._table_map(ev, buf, body, end, fde)
             if self.opts.all_events:
                 tm = self.tables.get(int.from_bytes(buf[body : body + 6], "little"))
@@ -627,6 +631,7 @@ class _FileState:
             if t.pos is None:
                 t.pos = ev.pos
                 t.first_ts = ev.timestamp
+                t.bytes = ev.size
             return self._end_txn("commit", ev, sub, {"xid": _U64.unpack_from(buf, body)[0]})
         if etype == _MARIA_GTID:
             if self.opts.all_events:
@@ -679,7 +684,7 @@ class _FileState:
             return ()
         if etype == ET.XA_PREPARE:
             x = parse_xa_prepare(buf, body, end)
-            self._start_txn(ev.pos, ev.timestamp)
+            self._start_txn(ev.pos, ev.timestamp, ev.size)
             return self._end_txn("commit", ev, sub, {"xa_prepare": True, "one_phase": x.one_phase})
         return self._other(ev, buf, body, end, etype, sub)
 
@@ -734,6 +739,7 @@ class _FileState:
         if t.pos is None:
             t.pos = ev.pos
             t.first_ts = ev.timestamp
+            t.bytes = ev.size
         else:
             t.bytes += ev.size
         fde = self.stream.fde
@@ -764,13 +770,14 @@ class _FileState:
         if t.pos is None:
             t.pos = ev.pos
             t.first_ts = ev.timestamp
+            t.bytes = ev.size
         # (_end_txn inline)
         pos, ts, size = ev.pos, ev.timestamp, ev.size
         self.result.last_commit_end = pos + size
         self.tables.clear()
         out: tuple | list = ()
         if self.opts.commits:
-            summary = TransactionSummary(t.rows, t.bytes + size, t.first_ts or ts, ts, t.tables)
+            summary = TransactionSummary(t.rows, t.bytes, t.first_ts or ts, ts, t.tables)
             out = [EventRecord("commit", self.name, pos, ts, "XID", t.pos, 0, t.gtid, pos + size,
                                {"xid": _U64.unpack_from(buf, body)[0], "summary": summary})]
         # The next transaction's _Txn: this one, emptied (nothing else holds it; its tables dict went to the summary).
@@ -787,6 +794,7 @@ class _FileState:
         if t.pos is None:
             t.pos = ev.pos
             t.first_ts = ev.timestamp
+            t.bytes = ev.size
         else:
             t.bytes += ev.size
         etype = ev.type
@@ -910,7 +918,7 @@ class _FileState:
                 yield self._record("other", ev, sub, encrypted=True)
         elif etype in (ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK, ET.CREATE_FILE,
                        ET.EXEC_LOAD, ET.DELETE_FILE, ET.LOAD, ET.NEW_LOAD):
-            self._start_txn(ev.pos, ev.timestamp)
+            self._start_txn(ev.pos, ev.timestamp, ev.size)
             if want:
                 yield self._record("load_data", ev, sub, bytes=end - body)
         elif etype in (ET.IGNORABLE, ET.TRANSACTION_CONTEXT, ET.VIEW_CHANGE,
@@ -933,7 +941,7 @@ class _FileState:
         kind = classify_statement(q.query)
         t = self.txn
         if kind == "begin":
-            self._start_txn(ev.pos, ev.timestamp)
+            self._start_txn(ev.pos, ev.timestamp, ev.size)
             t.explicit = True
             if self.opts.all_events:
                 yield self._record("begin", ev, sub, database=q.database)
@@ -941,10 +949,10 @@ class _FileState:
         if kind in ("commit", "rollback") or (kind == "xa" and re.match(r"\s*XA\s+(COMMIT|ROLLBACK)", q.query, re.I)):
             if kind == "commit" and t.pos is None and self.check_order and self.stream.local_positions:
                 raise CorruptEvent("COMMIT ends no transaction (nothing since the last commit)", self.name, ev.pos)
-            self._start_txn(ev.pos, ev.timestamp)
+            self._start_txn(ev.pos, ev.timestamp, ev.size)
             yield from self._end_txn(kind if kind != "xa" else "commit", ev, sub, {"query": q.query})
             return
-        self._start_txn(ev.pos, ev.timestamp)
+        self._start_txn(ev.pos, ev.timestamp, ev.size)
         if self.opts.all_events or (self.opts.commits and kind in ("ddl", "statement", "other")):
             yield self._record(
                 kind, ev, sub, database=q.database, query=q.query, time_zone=q.time_zone,
@@ -1025,6 +1033,7 @@ class _FileState:
         if t.pos is None:  # (_start_txn inline)
             t.pos = ev.pos
             t.first_ts = ev.timestamp
+            t.bytes = ev.size
         if dec is None:  # filtered out by --databases/--tables
             return []
         if dec is SKIPPED:  # --on-schema-mismatch skip: every skipped event is reported
