@@ -18,6 +18,7 @@ converts (zero dates to null) or rejects as it always does.
 
 from __future__ import annotations
 
+import sys
 from itertools import pairwise
 from typing import Any
 
@@ -206,10 +207,21 @@ class TextColumn:
         return TextColumn(self.data, self.offsets[at], mask)
 
 
+# Text values decoded one by one, in a process without numpy, before numpy's import (about 0.1 s) is made for them:
+# below that (a binlog of small transactions read by `stats`) the import costs more than the whole-column path saves.
+_UTF8_BEFORE_NUMPY = 200_000
+_utf8_one_by_one = 0
+
+
 def utf8_texts(raws) -> TextColumn | None:
-    """UTF-8 text fields as a TextColumn (the bytes as they are), or None when a value is not valid UTF-8 on its own
-    (the caller then decodes value by value, as before)."""
-    _load()
+    """UTF-8 text fields as a TextColumn (the bytes as they are), or None when a value is not valid UTF-8 on its own,
+    or while numpy is not worth importing for them (the caller then decodes value by value, as before)."""
+    global _utf8_one_by_one
+    if np is None:
+        if "numpy" not in sys.modules and _utf8_one_by_one < _UTF8_BEFORE_NUMPY:
+            _utf8_one_by_one += len(raws)
+            return None
+        _load()
     data = b"".join(raws)
     try:
         data.decode("utf-8")  # the whole buffer at once; a value cut inside a character starts a continuation byte
