@@ -699,6 +699,23 @@ class EventPlan:
         return out
 
 
+def _cut_first(attr: str) -> property:
+    """A side's columns (before or after images) of a ColumnarPairs: cut from the columns of the events it was
+    converted with (convert_pending) when first read or set."""
+
+    def get(self) -> list | None:
+        if self._whole is not None:
+            self._cut()
+        return getattr(self, attr)
+
+    def put(self, value: list | None) -> None:
+        if self._whole is not None:
+            self._cut()
+        setattr(self, attr, value)
+
+    return property(get, put)
+
+
 class ColumnarPairs:
     """The (before, after) pairs of one rows event, held as the event's decoded columns (`before`, `after`: one
     value sequence per table column, None for an image kind the event lacks). The row tuples are built only when
@@ -716,29 +733,8 @@ class ColumnarPairs:
         # (convert_pending): this event's own columns are cut from them when first asked for.
         self._whole: tuple | None = None
 
-    @property
-    def before(self) -> list | None:
-        if self._whole is not None:
-            self._cut()
-        return self._before
-
-    @before.setter
-    def before(self, value: list | None) -> None:
-        if self._whole is not None:
-            self._cut()
-        self._before = value
-
-    @property
-    def after(self) -> list | None:
-        if self._whole is not None:
-            self._cut()
-        return self._after
-
-    @after.setter
-    def after(self, value: list | None) -> None:
-        if self._whole is not None:
-            self._cut()
-        self._after = value
+    before = _cut_first("_before")
+    after = _cut_first("_after")
 
     def span(self) -> tuple | None:
         """(before columns, after columns, first image) of the events this one was converted with, whose images
@@ -819,14 +815,7 @@ def defer_event(plan: EventPlan, buf, off: int, end: int, kind: int) -> Columnar
     """Like decode_event, but only walked and unpacked: its columns are converted by convert_pending, together with
     the events of the same plan and kind that follow it (a statement's rows come in events of a few KiB, too
     few values for whole-column conversion to pay off one event at a time)."""
-    try:  # (unpack_event inline)
-        fmt = plan.walk(buf, off, end)
-    except struct.error:
-        fmt = plan.walk_exact(buf, off, end)
-    flat = _unpack_from(fmt, buf, off)
-    n = len(flat) // plan.nfields
-    if kind == RK.UPDATE and n % 2:
-        raise BodyError("the last updated row has no after image")
+    flat, n = unpack_event(plan, buf, off, end, kind)
     pairs = ColumnarPairs(None, None, n // 2 if kind == RK.UPDATE else n)
     pairs.pending = (plan, kind, flat, n)
     return pairs

@@ -216,6 +216,19 @@ class _Txn:
         self.tables: dict[str, int] = {}
         self.maria_standalone = maria_standalone
 
+    def start(self, ev: RawEvent) -> None:
+        """The transaction starts at this event unless one has: its bytes then count the event itself (the per-event
+        count skips an event that finds no transaction open)."""
+        if self.pos is None:
+            self.pos, self.first_ts, self.bytes = ev.pos, ev.timestamp, ev.size
+
+    def add(self, ev: RawEvent) -> None:
+        """An event of the open transaction, or the one that starts it."""
+        if self.pos is None:
+            self.pos, self.first_ts, self.bytes = ev.pos, ev.timestamp, ev.size
+        else:
+            self.bytes += ev.size
+
 
 class RowBatch:
     """The rows of one rows event (same table, operation, position and time), decoded.
@@ -546,15 +559,6 @@ class _FileState:
             ev.pos + ev.size, info,
         )
 
-    def _start_txn(self, pos: int, ts: int, size: int) -> None:
-        """A transaction starts at this event unless one has: its bytes count the event itself (the per-event
-        count skips an event that finds no transaction open)."""
-        t = self.txn
-        if t.pos is None:
-            t.pos = pos
-            t.first_ts = ts
-            t.bytes = size
-
     def _end_txn(self, kind: str, ev: RawEvent, sub: int, info: dict) -> list[EventRecord]:
         t = self.txn
         out = []
@@ -616,10 +620,7 @@ class _FileState:
         if rows_info is not None:
             return self._rows(ev, buf, body, end, etype, sub, fde, rows_info)
         if etype == _TABLE_MAP:
-            if t.pos is None:  # (_start_txn inline)
-                t.pos = ev.pos
-                t.first_ts = ev.timestamp
-                t.bytes = ev.size
+            t.start(ev)
             self._table_map(ev, buf, body, end, fde)
             if self.opts.all_events:
                 tm = self.tables.get(int.from_bytes(buf[body : body + 6], "little"))
@@ -628,10 +629,7 @@ class _FileState:
         if etype == _XID:  # (parse_xid and _start_txn inline: one per transaction)
             if body + 8 > end:
                 raise BodyError(f"field of 8 bytes at offset {body} runs past the event end {end}")
-            if t.pos is None:
-                t.pos = ev.pos
-                t.first_ts = ev.timestamp
-                t.bytes = ev.size
+            t.start(ev)
             return self._end_txn("commit", ev, sub, {"xid": _U64.unpack_from(buf, body)[0]})
         if etype == _MARIA_GTID:
             if self.opts.all_events:
@@ -684,7 +682,7 @@ class _FileState:
             return ()
         if etype == ET.XA_PREPARE:
             x = parse_xa_prepare(buf, body, end)
-            self._start_txn(ev.pos, ev.timestamp, ev.size)
+            self.txn.start(ev)
             return self._end_txn("commit", ev, sub, {"xa_prepare": True, "one_phase": x.one_phase})
         return self._other(ev, buf, body, end, etype, sub)
 
@@ -736,12 +734,7 @@ class _FileState:
         if self._map_pending is None and self.stream.local_positions:
             self._map_pending = ev.pos
         t = self.txn
-        if t.pos is None:
-            t.pos = ev.pos
-            t.first_ts = ev.timestamp
-            t.bytes = ev.size
-        else:
-            t.bytes += ev.size
+        t.add(ev)
         fde = self.stream.fde
         if self.opts.table_resolver is None:  # (_table_map's cache hit, inline)
             if fde is not self._map_fde:
@@ -767,10 +760,7 @@ class _FileState:
         buf, body, end = ev.buf, ev.body, ev.body_end
         if body + 8 > end:
             raise BodyError(f"field of 8 bytes at offset {body} runs past the event end {end}")
-        if t.pos is None:
-            t.pos = ev.pos
-            t.first_ts = ev.timestamp
-            t.bytes = ev.size
+        t.start(ev)
         # (_end_txn inline)
         pos, ts, size = ev.pos, ev.timestamp, ev.size
         self.result.last_commit_end = pos + size
@@ -791,12 +781,7 @@ class _FileState:
         self._gtid_pending = None
         self._map_pending = None  # (only looked at while the file's positions are its own: it never goes back)
         t = self.txn
-        if t.pos is None:
-            t.pos = ev.pos
-            t.first_ts = ev.timestamp
-            t.bytes = ev.size
-        else:
-            t.bytes += ev.size
+        t.add(ev)
         etype = ev.type
         buf, body, end = ev.buf, ev.body, ev.body_end
         fde = self.stream.fde
@@ -918,7 +903,7 @@ class _FileState:
                 yield self._record("other", ev, sub, encrypted=True)
         elif etype in (ET.BEGIN_LOAD_QUERY, ET.APPEND_BLOCK, ET.CREATE_FILE,
                        ET.EXEC_LOAD, ET.DELETE_FILE, ET.LOAD, ET.NEW_LOAD):
-            self._start_txn(ev.pos, ev.timestamp, ev.size)
+            self.txn.start(ev)
             if want:
                 yield self._record("load_data", ev, sub, bytes=end - body)
         elif etype in (ET.IGNORABLE, ET.TRANSACTION_CONTEXT, ET.VIEW_CHANGE,
@@ -941,7 +926,7 @@ class _FileState:
         kind = classify_statement(q.query)
         t = self.txn
         if kind == "begin":
-            self._start_txn(ev.pos, ev.timestamp, ev.size)
+            self.txn.start(ev)
             t.explicit = True
             if self.opts.all_events:
                 yield self._record("begin", ev, sub, database=q.database)
@@ -949,10 +934,10 @@ class _FileState:
         if kind in ("commit", "rollback") or (kind == "xa" and re.match(r"\s*XA\s+(COMMIT|ROLLBACK)", q.query, re.I)):
             if kind == "commit" and t.pos is None and self.check_order and self.stream.local_positions:
                 raise CorruptEvent("COMMIT ends no transaction (nothing since the last commit)", self.name, ev.pos)
-            self._start_txn(ev.pos, ev.timestamp, ev.size)
+            self.txn.start(ev)
             yield from self._end_txn(kind if kind != "xa" else "commit", ev, sub, {"query": q.query})
             return
-        self._start_txn(ev.pos, ev.timestamp, ev.size)
+        self.txn.start(ev)
         if self.opts.all_events or (self.opts.commits and kind in ("ddl", "statement", "other")):
             yield self._record(
                 kind, ev, sub, database=q.database, query=q.query, time_zone=q.time_zone,
@@ -1030,10 +1015,7 @@ class _FileState:
             )
         tm, dec = entry
         t = self.txn
-        if t.pos is None:  # (_start_txn inline)
-            t.pos = ev.pos
-            t.first_ts = ev.timestamp
-            t.bytes = ev.size
+        t.start(ev)
         if dec is None:  # filtered out by --databases/--tables
             return []
         if dec is SKIPPED:  # --on-schema-mismatch skip: every skipped event is reported
