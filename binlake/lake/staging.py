@@ -115,20 +115,20 @@ def moved_keys(rows: pa.Table, keys: list[str]) -> int | None:
     names = rows.column_names
     if "_op" not in names or "_before" not in names or not rows.num_rows:
         return 0
-    try:
-        updates = rows.filter(pc.equal(rows.column("_op"), "update"))
-        if not updates.num_rows:
-            return 0
-        before = updates.column("_before").combine_chunks()
+    try:  # (masks over the piece's own chunks: no copy of its update rows)
+        before = rows.column("_before")
+        if not pa.types.is_struct(before.type):
+            return None
         fields = {before.type.field(i).name for i in range(before.type.num_fields)}
         moved = None
         for k in keys:
             if k not in names or k not in fields:
                 continue  # an old key field the image lacks reads as null: not a move
-            differs = pc.fill_null(pc.not_equal(pc.struct_field(before, k), updates.column(k).combine_chunks()),
-                                   False)
+            differs = pc.fill_null(pc.not_equal(pc.struct_field(before, k), rows.column(k)), False)
             moved = differs if moved is None else pc.or_(moved, differs)
-        return 0 if moved is None else int(pc.sum(moved).as_py() or 0)
+        if moved is None:
+            return 0
+        return int(pc.sum(pc.and_(pc.equal(rows.column("_op"), "update"), moved)).as_py() or 0)
     except (pa.ArrowException, TypeError, ValueError):
         return None
 
