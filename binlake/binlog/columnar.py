@@ -302,14 +302,15 @@ def plan_enum(codec: Any, bit: int) -> _Col:
     return _Col(col.index, bit, ["B"], 0, vec, one)
 
 
-def plan_text(codec: Any, bit: int, iso: bool = False) -> _Col:
+def plan_text(codec: Any, bit: int, iso: bool = False, rows: bool = False) -> _Col:
     """A length-prefixed value decoded with the column's charset (bytes for the binary collation; UTF-8 text as a
-    TextColumn, see vectorized.utf8_texts)."""
+    TextColumn, see vectorized.utf8_texts, unless `rows`: a consumer of row tuples, for which a str per value made
+    straight from the raw fields is cheaper than a TextColumn made and then read)."""
     col = codec.col
     fn = _text_fn(col)
     if fn is None:
         return _Col(col.index, bit, None, codec.prefix, _first, _same)
-    if fn is bytes.decode:
+    if fn is bytes.decode and not rows:
 
         def utf8(f):
             raws = f[0]
@@ -323,10 +324,10 @@ def plan_text(codec: Any, bit: int, iso: bool = False) -> _Col:
     return _Col(col.index, bit, None, codec.prefix, vec, one)
 
 
-def plan_string(codec: Any, bit: int, iso: bool = False) -> _Col:
+def plan_string(codec: Any, bit: int, iso: bool = False, rows: bool = False) -> _Col:
     col = codec.col
     if not (col.collation == BINARY and col.meta):
-        return plan_text(codec, bit, iso)
+        return plan_text(codec, bit, iso, rows)
     # BINARY(n): the server strips trailing zero bytes in row images; SELECT returns them padded.
     width = col.meta
     vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
@@ -414,11 +415,16 @@ def _decimal_column(col: Column, bit: int, iso: bool = False) -> _Col:
 
 # Planners with a text form (EventPlan's `text`: vectorized.TextColumn for columns whose values all format).
 _ISO_PLANNERS = {plan_decimal, plan_datetime2, plan_timestamp2, plan_date, plan_text, plan_string}
+# Planners with a form for consumers of row tuples (EventPlan's `rows`).
+_ROWS_PLANNERS = {plan_text, plan_string}
 
 
-def _plan(codec: Any, bit: int, text: bool) -> _Col:
-    if text and codec.wrapped is None and codec.spec is not None and codec.spec.columnar in _ISO_PLANNERS:
-        return codec.spec.columnar(codec, bit, iso=True)
+def _plan(codec: Any, bit: int, text: bool, rows: bool = False) -> _Col:
+    if codec.wrapped is None and codec.spec is not None:
+        if text and codec.spec.columnar in _ISO_PLANNERS:
+            return codec.spec.columnar(codec, bit, iso=True)
+        if rows and codec.spec.columnar in _ROWS_PLANNERS:
+            return codec.spec.columnar(codec, bit, rows=True)
     return codec.plan(bit)
 
 
@@ -478,14 +484,15 @@ MAX_INLINED = 8  # NULL patterns a generated walker tests inline
 class EventPlan:
     """Column-at-a-time decoding of the images of one table map with one columns-present bitmap."""
 
-    def __init__(self, table: TableMap, present: int, codecs: list, text: bool = False) -> None:
+    def __init__(self, table: TableMap, present: int, codecs: list, text: bool = False, rows: bool = False) -> None:
         """`codecs`: the table's columns as coltypes.ColumnCodec (each plans its own column). `text`: DECIMAL and
         DATE/DATETIME/TIMESTAMP columns whose values all format come as vectorized.TextColumn (DecodeOptions
-        .text_values)."""
+        .text_values). `rows`: the consumer reads row tuples (decoder.decode_files): UTF-8 text comes as str lists,
+        not TextColumn (see plan_text)."""
         cols = [c for c in table.columns if present >> c.index & 1]
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
-        self.cols = [_plan(codecs[c.index], 1 << i, text) for i, c in enumerate(cols)]
+        self.cols = [_plan(codecs[c.index], 1 << i, text, rows) for i, c in enumerate(cols)]
         # Events of this plan wait to be converted together only when a column converts a whole column with numpy
         # (for the others, joining and cutting the events' columns costs more than it saves).
         self.groups = any(c.whole for c in self.cols)

@@ -291,10 +291,19 @@ class BinlogDecoder:
         self.event_counts: Counter = Counter()
         self.events_per_second: Counter = Counter()
         self._decoder_cache: dict[bytes, tuple[TableMap, RowImageDecoder | None]] = {}
+        # Whether the consumer reads row tuples (decode_files, decode_stream): the columnar plans then make the
+        # values such consumers read fastest (columnar.EventPlan's `rows`).
+        self._rows = False
+
+    def _for_rows(self) -> None:
+        if not self._rows:
+            self._rows = True
+            self._decoder_cache.clear()  # plans made for batched consumers
 
     # -- public entry points ---------------------------------------------------------------------------
     def decode_files(self, paths: Iterable[str | Path]) -> Iterator[RowChange | EventRecord]:
         """Row changes and (as options ask) other records of the files, in binlog order."""
+        self._for_rows()
         for item in self.decode_files_batched(paths):
             if type(item) is RowBatch:
                 yield from item
@@ -346,6 +355,7 @@ class BinlogDecoder:
     def decode_stream(
         self, fileobj: BinaryIO, name: str, first: bool = True, last: bool = True
     ) -> Iterator[RowChange | EventRecord]:
+        self._for_rows()
         for item in self.decode_stream_batched(fileobj, name, first, last):
             if type(item) is RowBatch:
                 yield from item
@@ -983,7 +993,7 @@ class _FileState:
                     dec = SKIPPED
             if dec is None and wanted:
                 try:
-                    dec = RowImageDecoder(tm, text=self.opts.text_values)
+                    dec = RowImageDecoder(tm, text=self.opts.text_values, rows=self.d._rows)
                 except ValueError_ as exc:  # a column type or its metadata this decoder cannot decode
                     dec = _Unreadable(str(exc), ev.pos)
             elif not wanted:

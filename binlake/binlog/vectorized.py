@@ -118,17 +118,41 @@ def _datetime_bytes(template: bytes, n: int, year, month, day, hour, minute, sec
     return out
 
 
+def _strings(data, offsets, valid) -> list:
+    """The str of each value (None where `valid` is False) of UTF-8 text held as TextColumn holds it: one pyarrow
+    conversion (faster than decoding a bytes object per value)."""
+    import pyarrow as pa
+
+    n = len(offsets) - 1
+    validity = None
+    nulls = 0
+    if valid is not None:
+        nulls = n - int(np.count_nonzero(valid))
+        if nulls:
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    buffers = [validity, pa.py_buffer(np.ascontiguousarray(offsets, dtype=_I64)),
+               pa.py_buffer(np.ascontiguousarray(data))]
+    return pa.Array.from_buffers(pa.large_string(), n, buffers, nulls).to_pylist()
+
+
 class TextColumn:
     """A column's values as text in one buffer: `data` (uint8) and `offsets` (int64, len + 1, value i is
     data[offsets[i]:offsets[i + 1]]), `valid` (bool per value, None: no NULL). Sliced without copying; iterating
-    gives str (None for NULL). The lake turns it into an Arrow string array without a Python object per value."""
+    gives str (None for NULL). The lake turns it into an Arrow string array without a Python object per value.
 
-    __slots__ = ("data", "offsets", "valid")
+    Slices share their column's str list (`_whole`: [the column's values as str once made, its offsets, its
+    validity]; `_at`: the slice's first value in it): the first slice read (a row consumer reading one event's rows,
+    cut from the events converted together) makes the str of every value of the column in one pyarrow call, the
+    other slices take their part of that list."""
 
-    def __init__(self, data, offsets, valid=None) -> None:
+    __slots__ = ("_at", "_whole", "data", "offsets", "valid")
+
+    def __init__(self, data, offsets, valid=None, _whole=None, _at=0) -> None:
         self.data = data
         self.offsets = offsets
         self.valid = valid
+        self._whole = [None, offsets, valid] if _whole is None else _whole
+        self._at = _at
 
     @classmethod
     def fixed(cls, out: np.ndarray) -> TextColumn:
@@ -143,23 +167,26 @@ class TextColumn:
         if type(i) is slice:
             start, stop, step = i.indices(len(self.offsets) - 1)
             if step != 1:
-                return list(self)[i]
+                return self.tolist()[i]
             stop = max(start, stop)
             return TextColumn(self.data, self.offsets[start:stop + 1],
-                              None if self.valid is None else self.valid[start:stop])
+                              None if self.valid is None else self.valid[start:stop], self._whole, self._at + start)
         if i < 0:
             i += len(self)
         if self.valid is not None and not self.valid[i]:
             return None
         return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes().decode()
 
+    def tolist(self) -> list:
+        """The values as str (None for NULL)."""
+        whole = self._whole
+        texts = whole[0]
+        if texts is None:
+            texts = whole[0] = _strings(self.data, whole[1], whole[2])
+        return texts[self._at:self._at + len(self.offsets) - 1]
+
     def __iter__(self):
-        raw = self.data.tobytes()
-        ends = self.offsets.tolist()
-        texts = [raw[a:b].decode() for a, b in pairwise(ends)]
-        if self.valid is not None:
-            texts = [t if v else None for t, v in zip(texts, self.valid.tolist(), strict=True)]
-        return iter(texts)
+        return iter(self.tolist())
 
     def __eq__(self, other: object) -> bool:
         return list(self) == (list(other) if isinstance(other, (TextColumn, list, tuple)) else other)
@@ -467,15 +494,23 @@ def decimal_column(raws, precision: int, scale: int, groups: list[tuple[int, int
 class _DecimalData:
     """The digit groups of a column of DECIMAL(p,s) values (see DecimalColumn), and their Decimals once made."""
 
-    __slots__ = ("groups", "n_int", "negative", "precision", "scale", "vals")
+    __slots__ = ("_all", "groups", "n_int", "negative", "precision", "scale", "vals")
 
     def __init__(self, vals: list, negative, precision: int, scale: int, groups: list, n_int: int) -> None:
+        self._all: list | None = None  # the Decimals of every value, once a slice's were asked for
         self.vals = vals
         self.negative = negative
         self.precision = precision
         self.scale = scale
         self.groups = groups
         self.n_int = n_int
+
+    def all_decimals(self) -> list:
+        """The Decimals of every value, made once: the slices of one column (a row consumer reading one event's
+        rows, cut from the events converted together) share them instead of paying numpy's fixed costs each."""
+        if self._all is None:
+            self._all = self.decimals(0, len(self.negative))
+        return self._all
 
     def decimals(self, start: int, stop: int) -> list:
         """The Decimals of values start..stop (exactly those of the row-at-a-time decoder). Mostly repeating
@@ -554,7 +589,7 @@ class DecimalColumn:
 
     def tolist(self) -> list:
         if self._list is None:
-            values = self.data.decimals(self.start, self.stop)
+            values = self.data.all_decimals()[self.start:self.stop]
             if self.valid is not None:
                 values = [v if ok else None for v, ok in zip(values, self.valid.tolist(), strict=True)]
             self._list = values

@@ -4,6 +4,7 @@ vector path leaves to the per-value path (years past 9999, out-of-range fraction
 
 from __future__ import annotations
 
+import itertools
 import random
 from decimal import Context, Decimal
 
@@ -197,3 +198,69 @@ def test_decimal_column_as_arrow_equals_the_decimals() -> None:
                 assert list(spread) == with_nulls
                 assert spread.arrow(typ).equals(pa.array(with_nulls, typ))
                 assert spread[1:].arrow(typ).equals(pa.array(with_nulls[1:], typ))
+
+
+def _random_texts(rng: random.Random, n: int) -> list[str]:
+    alphabet = "az09 ,'\"\\\n\t" + "éßø€日本語🙂\u0300\x00"
+    return [rng.choice(["", "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 300)))])
+            if rng.random() < 0.2 else "".join(rng.choice(alphabet) for _ in range(rng.randrange(12)))
+            for _ in range(n)]
+
+
+def test_text_column_slices_read_in_any_order() -> None:
+    """A TextColumn's values, and those of its slices read in random order (a row consumer reading each event's
+    rows cut from the events converted together: the slices share one conversion of the whole column), equal the
+    texts, with NULLs (with_valid, spread) and after join."""
+    from binlake.binlog.vectorized import TextColumn, utf8_texts
+
+    rng = random.Random(17)
+    for trial in range(40):
+        texts = _random_texts(rng, rng.choice([24, 100, 1000]))
+        raws = [t.encode() for t in texts]
+        density = rng.choice([0.0, 0.1, 0.5, 0.95])
+        present = [rng.random() >= density for _ in texts]
+        want = [t if ok else None for t, ok in zip(texts, present, strict=True)]
+        whole = utf8_texts(raws)
+        assert whole is not None
+        kept = [r for r, ok in zip(raws, present, strict=True) if ok]
+        columns = [whole.with_valid(present), utf8_texts(kept).spread(present) if kept else None]
+        for column in columns:
+            if column is None:
+                continue
+            cuts = sorted({0, len(texts), *(rng.randrange(len(texts) + 1) for _ in range(rng.randrange(8)))})
+            spans = list(itertools.pairwise(cuts))
+            rng.shuffle(spans)
+            for a, b in spans:
+                piece = column[a:b]
+                assert piece.tolist() == want[a:b], (trial, a, b)
+                assert list(piece[1:]) == want[a + 1:b]
+                if b > a:
+                    assert piece[b - a - 1] == want[b - 1]
+            assert list(column) == want
+            parts = [column[a:b] for a, b in itertools.pairwise(cuts)]
+            assert list(TextColumn.join(parts)) == want
+            assert list(TextColumn.join(parts[::-1])) == [v for a, b in itertools.pairwise(cuts[::-1])
+                                                          for v in want[b:a]]
+
+
+def test_decimal_column_slices_read_in_any_order() -> None:
+    """A DecimalColumn's slices, read in random order, share one conversion of the column and give the row-at-a-time
+    decoder's Decimals (NULLs spread between them)."""
+    from binlake.binlog.vectorized import decimal_column
+
+    rng = random.Random(18)
+    for p, s in [(5, 2), (12, 2), (18, 0), (38, 3), (30, 30)]:
+        groups, n_int, size = decimal_groups(p, s)
+        raws = _random_decimals(rng, groups, size, 500)
+        ref = make_fast_decimal(p, s)
+        present = [rng.random() < 0.7 for _ in raws]
+        kept = [raw for raw, ok in zip(raws, present, strict=True) if ok]
+        want = [str(ref(raw)) if ok else None for raw, ok in zip(raws, present, strict=True)]
+        for column in (decimal_column(raws, p, s, groups, n_int, size),
+                       decimal_column(kept, p, s, groups, n_int, size).spread(present)):
+            expect = want if column.valid is not None else [str(ref(raw)) for raw in raws]
+            cuts = sorted({0, len(raws), *(rng.randrange(len(raws)) for _ in range(6))})
+            spans = list(itertools.pairwise(cuts))
+            rng.shuffle(spans)
+            for a, b in spans:
+                assert [None if v is None else str(v) for v in column[a:b]] == expect[a:b], (p, s, a, b)
