@@ -6,9 +6,7 @@ import argparse
 import json
 import os
 import re
-import signal
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -333,6 +331,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if stopping:  # a second signal: leave now (the next start cuts any partial transaction)
             raise KeyboardInterrupt
         stopping.append(signum)
+
+    import signal  # (not at the top: start-up time)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
@@ -1083,6 +1083,8 @@ def guarded(work, debug: bool = False) -> int:
     except Exception as exc:
         code = exit_code_for(exc)
         if debug:
+            import traceback
+
             traceback.print_exc()
         from .terminal import print_error
 

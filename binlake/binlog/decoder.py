@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-import zstandard
-
 from . import rows as _rows_module
 from .coltypes import TYPES
 from .columnar import ColumnarPairs, convert_pending, defer_event
@@ -1075,6 +1073,8 @@ class _FileState:
         p = parse_transaction_payload(buf, body, end)
         data = bytes(buf[p.data_start : p.data_end])
         if p.compression == 0:
+            import zstandard  # (here: start-up time; only MySQL's compressed transactions need it)
+
             reader = zstandard.ZstdDecompressor().stream_reader(data)
         elif p.compression == 255:
             reader = io.BytesIO(data)

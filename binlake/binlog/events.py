@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-import uuid
 import zlib
 from dataclasses import dataclass
 
@@ -305,7 +304,11 @@ def parse_user_var(buf: bytes, body: int, end: int) -> UserVarEvent:
 
 
 def _sid(raw: bytes) -> str:
-    return str(uuid.UUID(bytes=bytes(raw)))
+    """A 16-byte server UUID in its text form (8-4-4-4-12 lower-case hex digits, as str(uuid.UUID) writes it)."""
+    h = bytes(raw).hex()
+    if len(h) != 32:
+        raise ValueError(f"a UUID is 16 bytes, not {len(h) // 2}")
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def parse_gtid(buf: bytes, body: int, end: int, event_type: int) -> GtidEvent:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any, TextIO
@@ -135,7 +134,7 @@ class _JsonlEncoder:
     """json.dumps for records, with RawJson values spliced in verbatim (through unique placeholders)."""
 
     def __init__(self) -> None:
-        self.token = "\ue000" + uuid.uuid4().hex
+        self.token = "\ue000" + os.urandom(16).hex()
         self.raw: list[str] = []
         self.encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=self._default)
 
@@ -464,6 +463,8 @@ def write_sql(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
 
 def write_rollback(records: Iterable[RowChange | EventRecord], out: TextIO) -> int:
     """Statements undoing the changes, newest first. Spooled to a temp file so memory stays flat."""
+    import tempfile  # (here: start-up time)
+
     offsets: list[int] = []
 
     with tempfile.TemporaryFile("w+b") as spool:
