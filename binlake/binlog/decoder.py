@@ -368,7 +368,7 @@ class BinlogDecoder:
         stop = opts.stop_position if last else None
         stream = EventStream(
             fileobj, name, verify_checksums=opts.verify_checksums, allow_truncated=opts.allow_truncated,
-            start_position=start,
+            start_position=start, reuse_events=True,
         )
         result = FileResult(name, None)
         self.results.append(result)

@@ -119,19 +119,31 @@ class BinlogStats:
     def consume_batched(self, items: Iterable) -> BinlogStats:
         """Consume decode_files_batched output: a rows event's batch is counted at once."""
         add = self.add
-        for item in items:
-            if type(item) is not EventRecord and type(item) is not RowChange:  # a RowBatch: one rows event
-                pairs = item.pairs
-                n = pairs.n if type(pairs) is ColumnarPairs else len(pairs)
-                if n:
-                    self.rows_by_table[item.table.qualified_name][item.op] += n
-                    self.rows_per_second[item.ts] += n
-                    self.table_seconds[item.table.qualified_name][item.ts] += n
-                    self._open_rows += n
-                    if self._open_first_ts is None or item.ts < self._open_first_ts:
-                        self._open_first_ts = item.ts
-            else:
-                add(item)
+        # Rows by (table, operation, second), folded into rows_by_table, rows_per_second and table_seconds at the
+        # end: one count per rows event instead of three.
+        counts: dict[tuple, int] = {}
+        get = counts.get
+        try:
+            for item in items:
+                if type(item) is not EventRecord and type(item) is not RowChange:  # a RowBatch: one rows event
+                    pairs = item.pairs
+                    n = pairs.n if type(pairs) is ColumnarPairs else len(pairs)
+                    if n:
+                        ts = item.ts
+                        key = (item.table.qualified_name, item.op, ts)
+                        counts[key] = get(key, 0) + n
+                        self._open_rows += n
+                        first = self._open_first_ts
+                        if first is None or ts < first:
+                            self._open_first_ts = ts
+                else:
+                    add(item)
+        finally:
+            by_table, per_second, table_seconds = self.rows_by_table, self.rows_per_second, self.table_seconds
+            for (table, op, ts), n in counts.items():
+                by_table[table][op] += n
+                per_second[ts] += n
+                table_seconds[table][ts] += n
         return self
 
     @property

@@ -111,8 +111,12 @@ class EventStream:
         verify_checksums: bool = True,
         allow_truncated: bool = False,
         start_position: int | None = None,
+        reuse_events: bool = False,
     ) -> None:
         self.f = fileobj
+        # The fast lane yields one RawEvent, refilled for each event, instead of a new one per event: for a consumer
+        # that is done with each event before asking for the next (the decoder).
+        self.reuse_events = reuse_events
         self.name = name
         self.verify = verify_checksums
         self.allow_truncated = allow_truncated
@@ -239,17 +243,40 @@ class EventStream:
                     view_of, view = buf, memoryview(buf)
                 last = None
                 max_size, residue = MAX_EVENT_SIZE, CRC32_RESIDUE
-                while off <= limit:
-                    ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
-                    end = off + size
-                    if (etype not in plain or end > buf_len or size < min_size or size > max_size
-                            or (log_pos != base + end and local and (log_pos or zero_bad))
-                            or (check_crc and crc32(view[off:end]) != residue)):
-                        break
-                    last = etype
-                    yield RawEvent(base + off, ts, etype, server_id, size, log_pos, flags, buf, off, off + HEADER_LEN,
-                                   end - crc_len)
-                    off = end
+                if self.reuse_events:
+                    ev = RawEvent(0, 0, 0, 0, 0, 0, 0, buf, 0, 0, 0)
+                    while off <= limit:
+                        ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
+                        end = off + size
+                        if (etype not in plain or end > buf_len or size < min_size or size > max_size
+                                or (log_pos != base + end and local and (log_pos or zero_bad))
+                                or (check_crc and crc32(view[off:end]) != residue)):
+                            break
+                        last = etype
+                        ev.pos = base + off
+                        ev.timestamp = ts
+                        ev.type = etype
+                        ev.server_id = server_id
+                        ev.size = size
+                        ev.log_pos = log_pos
+                        ev.flags = flags
+                        ev.start = off
+                        ev.body = off + HEADER_LEN
+                        ev.body_end = end - crc_len
+                        yield ev
+                        off = end
+                else:
+                    while off <= limit:
+                        ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
+                        end = off + size
+                        if (etype not in plain or end > buf_len or size < min_size or size > max_size
+                                or (log_pos != base + end and local and (log_pos or zero_bad))
+                                or (check_crc and crc32(view[off:end]) != residue)):
+                            break
+                        last = etype
+                        yield RawEvent(base + off, ts, etype, server_id, size, log_pos, flags, buf, off, off + HEADER_LEN,
+                                       end - crc_len)
+                        off = end
                 self._off = off
                 if last is not None:
                     self.last_type = last
