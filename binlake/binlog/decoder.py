@@ -557,6 +557,11 @@ class _FileState:
         self.plain_rows = o.ops is None and o.start_time is None and o.stop_time is None  # (see _fast_rows)
         self._post_fde: FormatDescription | None = None
         self._post: dict[int, int] = {}  # rows event type -> post-header length, under _post_fde
+        # Per rows event type, what _fast_rows read from the last such event's header (table id, flags, columns and
+        # their bitmaps: the bytes up to its rows): (header length, header bytes, table id, table entry, plan, kind).
+        # An event with the same header bytes, whose table id maps to the same entry, takes them as they are (a
+        # table's single-row transactions repeat one header). Emptied with _post at a new FORMAT_DESCRIPTION.
+        self._rows_head: dict[int, tuple] = {}
         self._map_fde: FormatDescription | None = None
         self._map_id_len = 6  # a TABLE_MAP's table id length, under _map_fde
 
@@ -789,17 +794,43 @@ class _FileState:
         self._gtid_pending = None
         self._map_pending = None  # (only looked at while the file's positions are its own: it never goes back)
         t = self.txn
-        t.add(ev)
+        if t.pos is None:  # (_Txn.add inline)
+            t.pos, t.first_ts, t.bytes = ev.pos, ev.timestamp, ev.size
+        else:
+            t.bytes += ev.size
         etype = ev.type
         buf, body, end = ev.buf, ev.body, ev.body_end
         fde = self.stream.fde
+        if fde is self._post_fde:
+            head = self._rows_head.get(etype)
+            if (head is not None and buf[body : body + head[0]] == head[1] and self.tables.get(head[2]) is head[3]
+                    and _rows_module.COLUMNAR):
+                # The header of the last event of this type again (same table entry): its plan as it was.
+                off = body + head[0]
+                plan = head[4]
+                if 0 <= end - off <= (COLUMNAR_MAX_BYTES if plan.groups else SMALL_EVENT_BYTES):
+                    kind = head[5]
+                    try:
+                        rows = defer_event(plan, buf, off, end, kind)
+                    except _EVENT_ERRORS:
+                        return self._rows(ev, buf, body, end, etype, 0, fde, ROWS_EVENTS[etype])
+                    n = rows.n
+                    t.rows += n
+                    ts = ev.timestamp
+                    t.last_ts = ts
+                    tm = head[3][0]
+                    q = tm.qualified_name
+                    t.tables[q] = t.tables.get(q, 0) + n
+                    self.result.rows += n
+                    return [RowBatch(self.name, ev.pos, t.pos, 0, ts, t.gtid, tm, OPS[kind], rows)]
+        else:
+            self._post_fde = fde
+            self._post = {code: fde.post_header_len(code) for code in ROWS_EVENTS}
+            self._rows_head = {}
         info = ROWS_EVENTS[etype]
         # What parse_rows_header, _rows and decode_rows do for the common case, inline: a 6-byte table id, no
         # extra data, fewer than 251 columns, a deferrable rows event of a table that is read. Any other case (and
         # any error, which they report) goes through _rows from the start.
-        if fde is not self._post_fde:
-            self._post_fde = fde
-            self._post = {code: fde.post_header_len(code) for code in ROWS_EVENTS}
         post = self._post[etype]
         kind = info[0]
         if (post == 8 or (post == 10 and info[1] == 2)) and self.plain_rows:
@@ -828,6 +859,7 @@ class _FileState:
                                     rows = defer_event(plan, buf, off, end, kind)
                                 except _EVENT_ERRORS:
                                     return self._rows(ev, buf, body, end, etype, 0, fde, info)
+                                self._rows_head[etype] = (off - body, buf[body:off], low | high << 32, entry, plan, kind)
                                 n = rows.n
                                 t.rows += n
                                 ts = ev.timestamp
