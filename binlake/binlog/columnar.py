@@ -479,6 +479,27 @@ _BITMAP_CODES = {1: "B", 2: "H"}
 _READ_LENGTH = {1: "buf[p]", 2: "buf[p] | buf[p + 1] << 8", 3: "buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16",
                 4: "buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16 | buf[p + 3] << 24"}
 MAX_INLINED = 8  # NULL patterns a generated walker tests inline
+_LENGTH_CODES = {1: "B", 2: "H", 4: "I"}
+_U4 = struct.Struct("<I").unpack_from
+
+
+def _first_length(lay: _Layout) -> tuple[int, int] | None:
+    """(offset in the image, width) of the length of an image's first variable value, when a struct code reads it."""
+    if lay.var_at >= 0x10000:
+        return lay.var_at - 0x10000, 2
+    if lay.var_at >= 0:
+        return lay.var_at, 1
+    if lay.var_at == -2 and lay.segments[0][1] in _LENGTH_CODES:
+        return lay.segments[0][0], lay.segments[0][1]
+    return None
+
+
+def _piece(cache: dict, head: str, n: int) -> str:
+    """A walker's codes for one variable value of n bytes (`head` % n), kept in `cache` while it is small."""
+    text = head % n
+    if len(cache) < 4096:
+        cache[n] = text
+    return text
 
 
 class EventPlan:
@@ -533,25 +554,28 @@ class EventPlan:
             read = f"nulls = _from_bytes(buf[off:off + {nb}], 'little')"
         env: dict[str, Any] = {"BodyError": BodyError, "_from_bytes": int.from_bytes, "step": self._step,
                                "walk_general": self._walk_general}
-        first_at = self.layout(self._inlined[0]).var_at if look_ahead and self._inlined and nb in (1, 2) else -1
-        if first_at >= 0:
-            # The first pattern's bitmap and value length in one struct call; patterns whose value sits elsewhere
-            # read the length again.
-            at, width = (first_at - 0x10000, "H") if first_at >= 0x10000 else (first_at, "B")
-            env["first"] = struct.Struct(f"<{'B' if nb == 1 else 'H'}{at - nb}x{width}").unpack_from
+        env["piece"] = _piece
+        env["U4"] = _U4
+        # The first pattern's bitmap and first value length in one struct call (`first_len`: that length's offset in
+        # the image and its width); patterns whose first value sits elsewhere read their length again.
+        first_len = _first_length(self.layout(self._inlined[0])) if look_ahead and self._inlined and nb in (1, 2) \
+            else None
+        if first_len is not None:
+            at, width = first_len
+            env["first"] = struct.Struct(f"<{'B' if nb == 1 else 'H'}{at - nb}x{_LENGTH_CODES[width]}").unpack_from
             read = "nulls, n = first(buf, off)"
-        lines = ["def walk(buf, off, end):", "    fmts = ['<']", "    add_fmt = fmts.append", "    while off < end:",
-                 f"        {read}"]
+        lines = ["def walk(buf, off, end):", "    fmts = ['<']", "    add_fmt = fmts.append", "    ext = fmts.extend",
+                 "    while off < end:", f"        {read}"]
         for i, nulls in enumerate(self._inlined):
             lay = self.layout(nulls)
             lines.append(f"        {'if' if i == 0 else 'elif'} nulls == {nulls}:")
             at = lay.var_at
-            if first_at >= 0 and at == first_at:
-                pass  # n already read: the value sits where it does in the first pattern
-            elif at >= 0x10000:
-                lines.append(f"            n = buf[off + {at - 0x10000}] | buf[off + {at - 0x10000 + 1}] << 8")
-            elif at >= 0:
-                lines.append(f"            n = buf[off + {at}]")
+            have_n = first_len is not None and _first_length(lay) == first_len  # n already read
+            if at >= 0 and not have_n:
+                if at >= 0x10000:
+                    lines.append(f"            n = buf[off + {at - 0x10000}] | buf[off + {at - 0x10000 + 1}] << 8")
+                else:
+                    lines.append(f"            n = buf[off + {at}]")
             if at == -1:
                 env[f"F{i}"] = lay.fmt
                 lines += [f"            add_fmt(F{i})", f"            off += {lay.size}"]
@@ -563,21 +587,30 @@ class EventPlan:
                           f"                add_fmt(P{i}[n])", f"                if len(D{i}) < 4096:",
                           f"                    D{i}[n] = P{i}[n]", f"            off += {lay.size} + n"]
             elif all(prefix in _READ_LENGTH for _, prefix, _ in lay.segments):
-                # Several variable values (or one with a 3- or 4-byte length: BLOB, JSON): read each length in turn,
-                # one %-format builds the image's codes.
-                env[f"G{i}"] = "".join(f"{head}%ds" for _, _, head in lay.segments) + lay.tail
-                step_bytes = 0
+                # Several variable values (or one with a 3- or 4-byte length: BLOB, JSON): read each length in turn;
+                # each value's codes (those before it, its length's skip and its `Ns`; the last one's with the codes
+                # after it) come from a dict by its length: no %-format per image.
+                last = len(lay.segments) - 1
                 names = []
-                for j, (since, prefix, _head) in enumerate(lay.segments):
-                    advance = since + step_bytes
-                    lines.append(f"            p = off + {advance}" if j == 0 else f"            p += {advance}")
-                    read_n = _READ_LENGTH[prefix]
-                    lines += [f"            n{j} = {read_n}", f"            p += n{j}"]
-                    names.append(f"n{j}")
-                    step_bytes = prefix
+                for j, (since, prefix, head) in enumerate(lay.segments):
+                    if j == 0:
+                        lines.append(f"            p = off + {since}")
+                    else:
+                        lines.append(f"            p += n{j - 1} + {lay.segments[j - 1][1] + since}")
+                    if j == 0 and have_n:
+                        lines.append("            n0 = n")
+                    elif prefix == 4:
+                        lines.append(f"            n{j} = U4(buf, p)[0]")
+                    else:
+                        lines.append(f"            n{j} = {_READ_LENGTH[prefix]}")
+                    env[f"H{i}_{j}"] = f"{head}%ds" + (lay.tail if j == last else "")
+                    env[f"D{i}_{j}"] = {}
+                    lines += ["            try:", f"                s{j} = D{i}_{j}[n{j}]", "            except KeyError:",
+                              f"                s{j} = piece(D{i}_{j}, H{i}_{j}, n{j})"]
+                    names.append(f"s{j}")
                 tail_bytes = lay.size - sum(since + prefix for since, prefix, _ in lay.segments)
-                lines += [f"            add_fmt(G{i} % ({', '.join(names)},))",
-                          f"            off = p + {step_bytes + tail_bytes}"]
+                lines.append(f"            ext(({', '.join(names)},))" if last else "            add_fmt(s0)")
+                lines.append(f"            off = p + n{last} + {lay.segments[last][1] + tail_bytes}")
             else:
                 env[f"L{i}"] = lay
                 lines.append(f"            off = walk_general(buf, off, L{i}, add_fmt)")

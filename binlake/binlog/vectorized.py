@@ -240,26 +240,59 @@ _UTF8_BEFORE_NUMPY = 200_000
 _utf8_one_by_one = 0
 
 
-def utf8_texts(raws) -> TextColumn | None:
-    """UTF-8 text fields as a TextColumn (the bytes as they are), or None when a value is not valid UTF-8 on its own,
-    or while numpy is not worth importing for them (the caller then decodes value by value, as before)."""
+def _numpy_worth_it(raws) -> bool:
+    """Whether to convert these text fields as a whole column: numpy is loaded (or is now, once enough text values
+    went one by one)."""
     global _utf8_one_by_one
     if np is None:
         if "numpy" not in sys.modules and _utf8_one_by_one < _UTF8_BEFORE_NUMPY:
             _utf8_one_by_one += len(raws)
-            return None
+            return False
         _load()
-    data = b"".join(raws)
-    try:
-        data.decode("utf-8")  # the whole buffer at once; a value cut inside a character starts a continuation byte
-    except UnicodeDecodeError:
-        return None
-    lengths = np.fromiter(map(len, raws), dtype=_I64, count=len(raws))
+    return True
+
+
+def _offsets(raws) -> np.ndarray:
     offsets = np.zeros(len(raws) + 1, dtype=_I64)
-    np.cumsum(lengths, out=offsets[1:])
-    buf = np.frombuffer(data, dtype=_U8)
-    if len(buf) and ((buf[offsets[:-1][lengths > 0]] & 0xC0) == 0x80).any():
+    np.cumsum(np.fromiter(map(len, raws), dtype=_I64, count=len(raws)), out=offsets[1:])
+    return offsets
+
+
+def _valid_utf8(data: bytes) -> bool:
+    """Whether `data` is valid UTF-8: ASCII at once; else pyarrow's validation when pyarrow is loaded anyway (no str
+    made), else the interpreter's decoder."""
+    if data.isascii():
+        return True
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        try:
+            pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(data)], dtype=_I64)),
+                                                         pa.py_buffer(data)]).validate(full=True)
+        except pa.ArrowInvalid:
+            return False
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def utf8_texts(raws) -> TextColumn | None:
+    """UTF-8 text fields as a TextColumn (the bytes as they are), or None when a value is not valid UTF-8 on its own,
+    or while numpy is not worth importing for them (the caller then decodes value by value, as before)."""
+    if not _numpy_worth_it(raws):
         return None
+    data = b"".join(raws)
+    # The whole buffer at once; a value cut inside a character makes the next value start with a continuation byte.
+    if not _valid_utf8(data):
+        return None
+    offsets = _offsets(raws)
+    buf = np.frombuffer(data, dtype=_U8)
+    if not data.isascii():
+        starts = offsets[:-1][offsets[1:] > offsets[:-1]]
+        if ((buf[starts] & 0xC0) == 0x80).any():
+            return None
     return TextColumn(buf, offsets)
 
 

@@ -264,3 +264,39 @@ def test_decimal_column_slices_read_in_any_order() -> None:
             rng.shuffle(spans)
             for a, b in spans:
                 assert [None if v is None else str(v) for v in column[a:b]] == expect[a:b], (p, s, a, b)
+
+
+@pytest.mark.parametrize("validator", ["pyarrow", "decode"])
+def test_utf8_texts_takes_only_values_valid_on_their_own(validator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """utf8_texts makes a TextColumn of exactly the values when each is valid UTF-8 on its own, and None (the caller
+    decodes value by value, which rejects or replaces as the row path does) when a value is cut inside a character
+    (the whole buffer still valid), holds a byte no UTF-8 has, or is an overlong or surrogate form; ASCII-only
+    columns and columns with empty values, checked with pyarrow's validation and with the interpreter's decoder."""
+    import sys
+    from types import SimpleNamespace
+
+    import pyarrow  # noqa: F401
+
+    from binlake.binlog import vectorized
+
+    if validator == "decode":  # as in a process that has not loaded pyarrow
+        monkeypatch.setattr(vectorized, "sys", SimpleNamespace(
+            modules={k: v for k, v in sys.modules.items() if k != "pyarrow"}))
+    rng = random.Random(99)
+    for _ in range(30):
+        texts = _random_texts(rng, rng.choice([24, 200]))
+        if rng.random() < 0.3:
+            texts = [t.encode("ascii", "ignore").decode() for t in texts]
+        raws = [t.encode() for t in texts]
+        column = vectorized.utf8_texts(raws)
+        assert column is not None and list(column) == texts
+        multi = [i for i, r in enumerate(raws) if len(r) != len(r.decode())]
+        if multi and len(raws) > 1:
+            i = rng.choice(multi)
+            raw = raws[i]
+            cut = next(k for k in range(1, len(raw)) if (raw[k] & 0xC0) == 0x80)
+            bad = [*raws[:i], raw[:cut], raw[cut:], *raws[i + 1:]]  # the same bytes, one character split in two
+            assert vectorized.utf8_texts(bad) is None
+        for junk in (b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"a\xe6\xb3"):
+            k = rng.randrange(len(raws))
+            assert vectorized.utf8_texts([*raws[:k], junk, *raws[k:]]) is None
