@@ -234,19 +234,22 @@ class TextColumn:
         return TextColumn(self.data, self.offsets[at], mask)
 
 
-# Text values decoded one by one, in a process without numpy, before numpy's import (about 0.1 s) is made for them:
-# below that (a binlog of small transactions read by `stats`) the import costs more than the whole-column path saves.
-_UTF8_BEFORE_NUMPY = 200_000
+# Non-ASCII text values decoded one by one, in a process without numpy, before numpy's import (about 0.06 s CPU) is
+# made for them: the whole-column path saves about 30 ns per such value (less for ASCII text, whose values the
+# interpreter decodes fastest, and which is not counted), so below about two million of them (a binlog read by `stats`)
+# the import costs more than the path saves.
+_UTF8_BEFORE_NUMPY = 1_000_000
 _utf8_one_by_one = 0
 
 
 def _numpy_worth_it(raws) -> bool:
-    """Whether to convert these text fields as a whole column: numpy is loaded (or is now, once enough text values
-    went one by one)."""
+    """Whether to convert these UTF-8 text fields as a whole column: numpy is loaded (or is now, once enough non-ASCII
+    values went one by one; a column counts as such when its first values are)."""
     global _utf8_one_by_one
     if np is None:
         if "numpy" not in sys.modules and _utf8_one_by_one < _UTF8_BEFORE_NUMPY:
-            _utf8_one_by_one += len(raws)
+            if not b"".join(raws[:64]).isascii():
+                _utf8_one_by_one += len(raws)
             return False
         _load()
     return True
