@@ -17,7 +17,6 @@ different columns, events over rows.COLUMNAR_MAX_BYTES) stay on the row-at-a-tim
 
 from __future__ import annotations
 
-import re
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -200,13 +199,14 @@ def _mapped(fn) -> tuple[Callable, Callable]:
 _YEARS = [0, *range(1901, 2156)]
 
 
-_C1 = re.compile(rb"[\x80-\x9f]")
+_C1 = bytes(range(0x80, 0xA0))
 
 
 def latin1_texts(raws, decode) -> list[str]:
     """MySQL latin1 values: where no byte of the column is in 0x80-0x9F (where MySQL's latin1, Windows-1252,
     differs from ISO latin-1), the interpreter's own latin-1 decoder, called from C for each value; else `decode`."""
-    if _C1.search(b"".join(raws)) is None:
+    data = b"".join(raws)
+    if data.isascii() or len(data.translate(None, _C1)) == len(data):
         return list(map(bytes.decode, raws, repeat("latin-1")))
     return list(map(decode, raws))
 
