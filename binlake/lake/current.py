@@ -27,7 +27,7 @@ from .engines.mergeplan import int_key, last_of_each
 from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
-from .history import META_NAMES
+from .history import META_NAMES, np_array
 from .staging import StagedSegment, in_bounds_all, read_piece_keys, staged_segments, take_merge_input
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
@@ -111,7 +111,7 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     seq = pc.add(pc.shift_left(seg.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
                  seg.column("_pos").cast(pa.int64()))
     op = seg.column("_op")
-    order = pa.array(np.arange(n, dtype=np.int64))
+    order = np_array(np.arange(n, dtype=np.int64))
     main = pa.table({**{c: seg.column(c) for c in values}, SEQ: seq,
                      DELETED: pc.equal(op, "delete"), "_order": pc.add(pc.multiply(order, 2), 1)})
     parts = [main]
@@ -120,7 +120,7 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     if before.null_count < n:
         # Key-changing updates: a delete of the old key, ordered just before the upsert of the new one.
         # Any key column differing moves the row (a composite key changed in one column moves it too).
-        moved = pa.array(np.zeros(n, dtype=bool))
+        moved = np_array(np.zeros(n, dtype=bool))
         for k in keys:
             moved = pc.or_(moved, pc.fill_null(pc.not_equal(pc.struct_field(before, k), seg.column(k)), False))
         changed = pc.and_(pc.equal(op, "update"), moved)
@@ -129,7 +129,7 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
             tomb = {c: (pc.struct_field(old.column("_before"), c) if c in keys else pa.nulls(old.num_rows,
                     schema.field(c).type)) for c in values}
             tomb[SEQ] = seq.filter(changed)
-            tomb[DELETED] = pa.array(np.ones(old.num_rows, dtype=bool))
+            tomb[DELETED] = np_array(np.ones(old.num_rows, dtype=bool))
             tomb["_order"] = pc.multiply(order.filter(changed), 2)
             tomb_orders = tomb["_order"].to_numpy()
             parts.append(pa.table(tomb).cast(main.schema))
@@ -151,7 +151,7 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
             last = last_of_each(k)
         events = pa.concat_tables(parts) if len(parts) > 1 else main
         if not last.all():
-            events = events.filter(pa.array(last))
+            events = events.filter(np_array(last))
         return events.select([*values, SEQ, DELETED]).cast(out_schema)
     events = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else main.combine_chunks()
     last = events.group_by(keys, use_threads=False).aggregate([("_order", "max")])
@@ -237,8 +237,8 @@ class NewestPerKey:
             if keep.all():
                 return
         else:
-            ids = ids.append_column("_i", pa.array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
-            ids = ids.append_column("_r", pa.array(np.arange(n, dtype=np.int64)))
+            ids = ids.append_column("_i", np_array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
+            ids = ids.append_column("_r", np_array(np.arange(n, dtype=np.int64)))
             last = ids.group_by(self.keys, use_threads=False).aggregate([("_r", "max")])
             if last.num_rows == n:  # no key in two pieces: every row stays
                 return
@@ -251,7 +251,7 @@ class NewestPerKey:
             if mine.all():
                 parts.append(p)
             elif mine.any():
-                parts.append(p.filter(pa.array(mine)))
+                parts.append(p.filter(np_array(mine)))
         self.parts = parts
         self.held = sum(p.nbytes for p in parts)
 

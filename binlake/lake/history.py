@@ -51,6 +51,21 @@ class CommittedBatch:
     file_seq: int
 
 
+def np_array(values: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
+    """pa.array(values[, typ]) for a 1-D numpy array of numbers or booleans (no NULLs): the same array, built from
+    its buffer, without pa.array's check for numpy masked arrays, whose import (numpy.ma, about 15 ms of CPU) is
+    otherwise most of a small batch's conversion cost."""
+    kind = values.dtype.kind
+    if values.ndim != 1 or kind not in "biuf" or not values.dtype.isnative:
+        return pa.array(values, typ)
+    own = pa.from_numpy_dtype(values.dtype)
+    if typ is not None and typ != own:
+        return pa.array(values, typ)
+    if kind == "b":
+        return pa.Array.from_buffers(own, len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+    return pa.Array.from_buffers(own, len(values), [None, pa.py_buffer(np.ascontiguousarray(values))])
+
+
 def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: ConversionStats, text: bool = False
                   ) -> pa.Table:
     """History rows for rows events that share one TABLE_MAP layout (same table, same schema version). `text` (the
@@ -100,7 +115,7 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
         # Only update rows have a before image: convert those, then spread them over all rows (null elsewhere).
         children = [convert(befores[col.index], int(per_row.sum()), col) for col in tm.columns]
         at = np.cumsum(per_row) - 1
-        spread = pa.array(at, pa.int64(), mask=~per_row)
+        spread = pa.Array.from_buffers(pa.int64(), n, [np_array(per_row).buffers()[1], pa.py_buffer(at)])
         columns["_before"] = pa.StructArray.from_arrays(children, fields=before_fields).take(spread)
     else:
         columns["_before"] = pa.nulls(n, pa.struct(before_fields))
@@ -127,7 +142,7 @@ def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.
     dtype = _NUMPY.get(arrow_type(col)) if not col.nullable else None
     if dtype is not None:
         try:
-            return pa.array(np.fromiter(chain.from_iterable(parts), dtype, n))
+            return np_array(np.fromiter(chain.from_iterable(parts), dtype, n))
         except (TypeError, ValueError, OverflowError):  # not a plain value (ABSENT, out of range): to_arrow says
             pass
     return to_arrow(list(chain.from_iterable(parts)), col, where, stats)
@@ -224,11 +239,14 @@ def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.nda
     """The metadata columns, built per rows event and repeated per row in Arrow (no per-row Python objects)."""
     events = np.repeat(np.arange(len(batches), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
+    taken: list = []  # the events as an Arrow array, made once when first needed
 
     def per_event(values: list, typ: pa.DataType) -> pa.Array:
         if values.count(values[0]) == len(values):  # one value (a large transaction's events): no take
             return pa.repeat(pa.scalar(values[0], typ), n)
-        return pa.array(values, typ).take(events)
+        if not taken:
+            taken.append(np_array(events))
+        return pa.array(values, typ).take(taken[0])
 
     def per_event_int(values) -> np.ndarray:
         return np.repeat(np.fromiter(values, np.int64, len(batches)), counts)
@@ -237,17 +255,17 @@ def _meta_columns(batches: list, items: Sequence[CommittedBatch], counts: np.nda
     return {
         "_op": per_event([b.op for b in batches], pa.string()),
         "_binlog_file": per_event([b.file for b in batches], pa.string()),
-        "_file_seq": pa.array(per_event_int(item.file_seq for item in items), pa.int64()),
-        "_pos": pa.array(per_event_int(b.pos for b in batches), pa.int64()),
-        "_sub": pa.array(per_event_int(b.sub for b in batches), pa.int64()),
-        "_row": pa.array((np.arange(n, dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)),
-        "_txn_pos": pa.array(per_event_int(b.txn_pos if b.txn_pos is not None else b.pos for b in batches),
+        "_file_seq": np_array(per_event_int(item.file_seq for item in items), pa.int64()),
+        "_pos": np_array(per_event_int(b.pos for b in batches), pa.int64()),
+        "_sub": np_array(per_event_int(b.sub for b in batches), pa.int64()),
+        "_row": np_array((np.arange(n, dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)),
+        "_txn_pos": np_array(per_event_int(b.txn_pos if b.txn_pos is not None else b.pos for b in batches),
                              pa.int64()),
-        "_commit_ts": pa.array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "_commit_ts": np_array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         "_gtid": per_event([b.gtid for b in batches], pa.string()),
         "_schema_version": pa.repeat(pa.scalar(version, pa.string()), n),
-        "_batch_id": pa.array(np.full(n, batch_id, np.int64), pa.int64()),
-        "_commit_date": pa.array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32()),
+        "_batch_id": np_array(np.full(n, batch_id, np.int64), pa.int64()),
+        "_commit_date": np_array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32()),
     }
 
 
@@ -256,8 +274,8 @@ def with_commit_ts(table: pa.Table, commit_ts: int | float) -> pa.Table:
     the commit time it learned since."""
     n = table.num_rows
     commit_us = np.full(n, _epoch_us(commit_ts), np.int64)
-    stamps = pa.array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    dates = pa.array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32())
+    stamps = np_array(commit_us, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    dates = np_array(np.floor_divide(commit_us, US_PER_DAY).astype(np.int32)).cast(pa.date32())
     table = table.set_column(table.schema.get_field_index("_commit_ts"), "_commit_ts", stamps)
     return table.set_column(table.schema.get_field_index("_commit_date"), "_commit_date", dates)
 
