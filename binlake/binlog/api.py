@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import time
@@ -129,7 +130,15 @@ def compute_stats(files: Sequence[str | Path], options: DecodeOptions | None = N
     stats = BinlogStats(top=top, filtered=filtered)
     started = time.perf_counter()
     items = decoder.decode_files_batched(files)
-    stats.consume_batched(_reporting(items, progress, 64) if progress is not None else items)
+    # The decoder and the tallies make many containers and no reference cycles: the cyclic collector, which would
+    # only rescan the items in flight (about 6% of a binlog of small transactions), stays off while they run.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        stats.consume_batched(_reporting(items, progress, 64) if progress is not None else items)
+    finally:
+        if collecting:
+            gc.enable()
     elapsed = time.perf_counter() - started
     size = sum(os.path.getsize(f) for f in files)
     report = stats_report(stats, decoder.results, event_type_counts(decoder.event_counts),
