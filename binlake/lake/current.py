@@ -23,15 +23,21 @@ from ..schema.model import TableDef, expression_key
 from .convert import arrow_type
 from .crashpoints import crash_point
 from .engines import DELETED, SEQ, ColumnChange, tombstone_path
-from .engines.mergeplan import int_key, last_of_each
+from .engines.mergeplan import NewestPerKey, int_key, last_of_each
 from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
 from .history import META_NAMES, np_array
-from .staging import StagedSegment, in_bounds_all, read_piece_keys, staged_segments, take_merge_input
+from .staging import (
+    StagedSegment,
+    in_bounds_all,
+    read_net,
+    read_piece_keys,
+    staged_segments,
+    take_merge_input,
+)
 
 ORDER = ["_file_seq", "_pos", "_sub", "_row"]
-COLLAPSE_BYTES = 64 << 20  # reduced pieces held before they are reduced together (staged_merge_input)
 SEQ_FILE_SHIFT = 40
 
 
@@ -175,7 +181,10 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
         columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op"]  # what merge_input reads
         newest = NewestPerKey(keys)
         for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
-            kept = take_merge_input(stage, piece, keys) if in_bounds_all(piece, seg.lo, seg.hi) else None
+            whole = in_bounds_all(piece, seg.lo, seg.hi)
+            kept = take_merge_input(stage, piece, keys) if whole else None
+            if kept is None and whole and piece.get("net"):  # written beside the piece by a task away from here
+                kept = read_net(stage, piece)
             if kept is not None and kept.schema == seg.schema:  # computed when the piece was written: not read
                 newest.add(kept)
                 continue
@@ -187,73 +196,6 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
         out.append((version, tm, newest.result() if newest.parts else merge_schema(tm).empty_table()))
         pa.default_memory_pool().release_unused()
     return out
-
-
-class NewestPerKey:
-    """Reduced pieces (one row per key each, in binlog order) to one row per key, the one with the largest `_seq`.
-
-    Pieces are held as they come and reduced together when they outgrow a budget: COLLAPSE_BYTES, then twice what
-    the last reduction kept (so each row is looked at a bounded number of times however many pieces come; a
-    reduction reads the key and `_seq` columns, and copies only the pieces that lost rows)."""
-
-    def __init__(self, keys: list[str]) -> None:
-        self.keys = keys
-        self.parts: list[pa.Table] = []
-        self.held = 0
-        self.limit = COLLAPSE_BYTES
-
-    def add(self, part: pa.Table) -> None:
-        self.parts.append(part)
-        self.held += part.nbytes
-        if len(self.parts) > 1 and self.held > self.limit:  # keys changed again in later pieces: reduce as we go
-            self._reduce()
-            self.limit = max(COLLAPSE_BYTES, 2 * self.held)
-
-    def _in_seq_order(self) -> bool:
-        """Whether every part's `_seq` values all lie above the previous part's (pieces come in binlog order)."""
-        top = None
-        for p in self.parts:
-            if not p.num_rows:
-                continue
-            mm = pc.min_max(p.column(SEQ)).as_py()
-            if top is not None and mm["min"] <= top:
-                return False
-            top = mm["max"]
-        return True
-
-    def result(self) -> pa.Table:
-        self._reduce()
-        return pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
-
-    def _reduce(self) -> None:
-        if len(self.parts) < 2:
-            return
-        ids = pa.concat_tables([p.select([*self.keys, SEQ]) for p in self.parts])
-        n = ids.num_rows
-        k = int_key(ids, self.keys) if self._in_seq_order() else None
-        if k is not None:
-            # Parts in `_seq` order, one row per key each: a key's newest row is its last one in part order.
-            keep = last_of_each(k)
-            if keep.all():
-                return
-        else:
-            ids = ids.append_column("_i", np_array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
-            ids = ids.append_column("_r", np_array(np.arange(n, dtype=np.int64)))
-            last = ids.group_by(self.keys, use_threads=False).aggregate([("_r", "max")])
-            if last.num_rows == n:  # no key in two pieces: every row stays
-                return
-            keep = np.zeros(n, dtype=bool)
-            keep[ids.column("_i").take(last.column("_r_max")).to_numpy()] = True
-        parts, at = [], 0
-        for p in self.parts:
-            mine = keep[at:at + p.num_rows]
-            at += p.num_rows
-            if mine.all():
-                parts.append(p)
-            elif mine.any():
-                parts.append(p.filter(np_array(mine)))
-        self.parts = parts
-        self.held = sum(p.nbytes for p in parts)
 
 
 def schema_changes(old_cols: list[str], old_def: TableDef | None, new_tm: TableMap, table_schema: pa.Schema,

@@ -24,7 +24,15 @@ from ..binlog.stream import open_binlog
 from .convert import ConversionStats
 from .current import key_names, merge_input
 from .history import CommittedBatch, history_table, with_commit_ts
-from .staging import delete_piece, keep_merge_input, merge_input_room, read_aside, write_aside, write_piece
+from .staging import (
+    delete_piece,
+    keep_merge_input,
+    merge_input_room,
+    read_aside,
+    write_aside,
+    write_net,
+    write_piece,
+)
 
 SEQ_FILE_SHIFT = 40  # binlake.lake.current.event_seq
 FLUSH_ROWS = 32_768  # rows held as Python values before they are converted to Arrow (open transactions too)
@@ -227,13 +235,23 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     pending_rows = 0
 
     def write(key: int, piece: pa.Table) -> None:
-        """A committed history piece written to the stage (its manifest kept in binlog order). In process, its
-        merge input is computed now, from the rows at hand, for the merge of this batch to take rather than read
-        the piece back (binlake.lake.staging.keep_merge_input)."""
+        """A committed history piece written to the stage (its manifest kept in binlog order). Its merge input is
+        computed now, from the rows at hand, for the merge of this batch to take rather than read the piece back:
+        kept in memory in process (binlake.lake.staging.keep_merge_input), written beside the piece away from the
+        driver (write_net)."""
         manifest = write_piece(stage, maps[key].qualified_name, file_seq, result.start, spill.n, piece,
                                key_names(maps[key]) if maps[key].primary_key else None)
         written.setdefault(key, []).append(manifest)
         spill.n += 1
+        if keep_bytes is None and maps[key].primary_key:
+            # A task away from the driver (a Spark executor): the piece's net changes go beside it, for the merge
+            # to read instead of the piece (binlake.lake.staging.write_net).
+            try:
+                rows = merge_input(piece, maps[key])
+            except Exception:  # the merge computes it from the piece, and reports the error
+                return
+            write_net(stage, manifest, rows)
+            return
         if keep_bytes is not None and maps[key].primary_key and merge_input_room():
             try:
                 rows = merge_input(piece, maps[key])

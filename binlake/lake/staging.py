@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+SEQ_COLUMN = "_seq"  # binlake.lake.engines.base.SEQ
 SEQ_FILE_SHIFT = 40  # binlake.lake.current.SEQ_FILE_SHIFT (current imports history; this module stays below both)
 STAGING = "_binlake/staging"
 DATE = "_commit_date"  # binlake.lake.history.PARTITION_BY: a piece of one commit date leaves it out of its file
@@ -105,6 +106,42 @@ def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, 
         if moved is not None:
             out["moved_keys"] = moved
     return out
+
+
+def write_net(stage: str, piece: dict, rows: pa.Table) -> dict:
+    """Write a piece's net changes (binlake.lake.current.merge_input of all its rows: one row per key with `_seq`
+    and `_deleted`, the old keys' deletes of key-changing updates included) beside it, and name the file in the
+    piece's manifest (`net`, `net_rows`, `net_bytes`). A merge that takes the whole piece reads these rows instead
+    of the piece's (fewer rows, no `_before` image, nothing to reduce within the piece)."""
+    fs, root = _fs(stage)
+    rel = piece["path"][:-len(".parquet")] + ".net.parquet"
+    path = f"{root.rstrip('/')}/{rel}"
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    pq.write_table(rows, tmp, filesystem=fs, use_dictionary=False, write_statistics=[SEQ_COLUMN])
+    fs.move(tmp, path)
+    piece.update(net=rel, net_rows=rows.num_rows, net_bytes=fs.get_file_info(path).size)
+    return piece
+
+
+def net_pieces(pieces: list[dict], lo: int | None, hi: int | None) -> bool:
+    """Whether a merge segment's pieces all have their net changes written (write_net) and lie wholly inside its
+    bounds, so that their net files stand for them."""
+    return bool(pieces) and all(p.get("net") and in_bounds_all(p, lo, hi) for p in pieces)
+
+
+def net_location(stage: str, piece: dict) -> str:
+    return f"{stage.rstrip('/')}/{piece['net']}"
+
+
+def net_schema(stage: str, piece: dict) -> pa.Schema:
+    fs, root = _fs(stage)
+    return pq.read_schema(f"{root.rstrip('/')}/{piece['net']}", filesystem=fs)
+
+
+def read_net(stage: str, piece: dict, columns: list[str] | None = None) -> pa.Table:
+    fs, root = _fs(stage)
+    with fs.open_input_file(f"{root.rstrip('/')}/{piece['net']}") as f:
+        return pq.ParquetFile(f).read(columns=columns)
 
 
 def moved_keys(rows: pa.Table, keys: list[str]) -> int | None:

@@ -145,10 +145,10 @@ def test_piece_keys_read_matches_the_whole_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_newest_per_key_keeps_the_largest_seq_in_order(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    import binlake.lake.current as current
+    import binlake.lake.engines.mergeplan as mergeplan
 
     rng = random.Random(seed)
-    monkeypatch.setattr(current, "COLLAPSE_BYTES", rng.choice((1, 200, 5000)))
+    monkeypatch.setattr(mergeplan, "COLLAPSE_BYTES", rng.choice((1, 200, 5000)))
     reducer, seq, everything = NewestPerKey(["k"]), 0, []
     for _ in range(rng.randrange(2, 12)):
         keys = rng.sample(range(60), rng.randrange(1, 40))  # one row per key within a part
@@ -284,6 +284,7 @@ def test_merge_input_and_newest_per_key_by_sorting_equal_the_hashing_ones(monkey
     (each key's last change, key-changing updates' tombstones included), for keys that ascend (rows kept as they
     came), are shuffled or change again; parts out of `_seq` order take the general way."""
     import binlake.lake.current as current
+    import binlake.lake.engines.mergeplan as mergeplan
     from binlake.lake.convert import ConversionStats
     from binlake.lake.current import merge_input
     from binlake.lake.history import CommittedBatch, history_table
@@ -304,7 +305,8 @@ def test_merge_input_and_newest_per_key_by_sorting_equal_the_hashing_ones(monkey
     shuffled = list(range(len(rows)))
     rng.shuffle(shuffled)
     got = [reduce(list(range(len(rows)))), reduce(shuffled)]
-    monkeypatch.setattr(current, "int_key", lambda *_: None)  # the general way: hashing, sorting by `_seq`
+    for module in (current, mergeplan):  # the general way: hashing, sorting by `_seq`
+        monkeypatch.setattr(module, "int_key", lambda *_: None)
     want = [reduce(list(range(len(rows)))), reduce(shuffled)]
     for (got_inputs, got_result), (want_inputs, want_result) in zip(got, want, strict=True):
         if mode != "mixed":  # no key twice in a part: its rows as they came, in that order

@@ -193,12 +193,13 @@ class DeltaRsEngine:
             create=(data.schema, partition_by))
 
     def append_files(self, path: str, files: list[dict], schema: pa.Schema, app_id: str, batch: int,
-                     partition_by: list[str] | None = None) -> bool:
+                     partition_by: list[str] | None = None, meta: dict[str, Any] | None = None) -> bool:
         """Commit Parquet files already written in the table folder (binlake.lake.staging.write_files manifests) as one
         append carrying (app_id, batch); skipped (False) when that batch is committed. `schema` is the files'
-        schema with the partition columns; the table must have exactly that schema (else: use append)."""
+        schema with the partition columns; the table must have exactly that schema (else: use append). `meta`: the
+        commit's metadata (default: an append's)."""
         check_batch(app_id, batch)
-        meta = commit_meta("append", [(app_id, batch)])
+        meta = meta or commit_meta("append", [(app_id, batch)])
         actions = [AddAction(f["path"], f["size"], f["partition_values"], f["modification_time"], True, f["stats"])
                    for f in files]
 

@@ -45,6 +45,10 @@ from ..staging import (
     StagedSegment,
     entry_pieces,
     linkable,
+    local_lake,
+    net_location,
+    net_pieces,
+    net_schema,
     piece_location,
     piece_schema,
     unified_schema,
@@ -63,6 +67,7 @@ from .base import (
 from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
 from .mergeplan import MergeSpec, current_spec, delete_older_spec, quote, tombstone_spec
+from .netreduce import bucket_count, reduce_bucket
 from .schema_change import apply_changes, plan, renamed
 from .tombstones import (
     check_merge_columns,
@@ -594,6 +599,18 @@ class DeltaSparkEngine:
         info = {"staged": seg.pieces, "seq_from": seg.lo, "seq_to": seg.hi}
         return self.staged_frame(seg.stage, info) if entry_pieces(info) else None
 
+    def _net_rows(self, seg: StagedSegment):
+        """A staged segment's net changes as one DataFrame: the files the decode tasks wrote beside its pieces
+        (binlake.lake.staging.write_net), when every piece has one of the segment's merge input schema and lies
+        wholly inside the segment; else None (the pieces are reduced instead)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        base = seg.base_schema or seg.schema
+        if not net_pieces(seg.pieces, seg.lo, seg.hi) or any(net_schema(seg.stage, p) != base for p in seg.pieces):
+            return None
+        target = from_arrow_schema(base, prefer_timestamp_ntz=True)
+        return self.spark.read.schema(target).parquet(*[net_location(seg.stage, p) for p in seg.pieces])
+
     def staged_span(self, seg: StagedSegment) -> tuple[int | None, int | None]:
         """The first and last `_seq` of a staged segment's rows (an aggregate)."""
         from pyspark.sql import functions as F
@@ -617,8 +634,17 @@ class DeltaSparkEngine:
         spark_types = {f.name: f.dataType for f in from_arrow_schema(base, prefer_timestamp_ntz=True).fields}
         values = [f.name for f in base if f.name not in (SEQ, DELETED)]
         order = ["_file_seq", "_pos", "_sub", "_row"]
-        rows = self._segment_rows(seg)
-        if rows is None:
+        net = self._net_rows(seg)
+        rows = self._segment_rows(seg) if net is None else None
+        if net is not None:
+            # The pieces' net changes (one row per key and piece, written by the decode tasks): a key's newest row
+            # is the one with the largest `_seq` (a key's rows in different pieces come from different events).
+            frame = net
+            if len(seg.pieces) > 1:
+                latest = Window.partitionBy(*[F.col(quote(k)) for k in seg.keys]).orderBy(F.col(SEQ).desc())
+                frame = frame.withColumn("__rn", F.row_number().over(latest)).where(F.col("__rn") == 1)
+            frame = frame.select(*[F.col(quote(c)) for c in [*values, SEQ, DELETED]])
+        elif rows is None:
             frame = self.spark.createDataFrame([], from_arrow_schema(base, prefer_timestamp_ntz=True))
         else:
             seq = (F.shiftleft(F.col("_file_seq"), SEQ_FILE_SHIFT) + F.col("_pos")).alias(SEQ)
@@ -668,6 +694,8 @@ class DeltaSparkEngine:
 
         columns = [c for c in seg.schema.names if c != DELETED]
         fresh = not self.exists(path)
+        if fresh and self._net_files_fit(path, seg):
+            return self._merge_new_table(path, seg, keys, app_id, batch)
         if fresh:
             self.create_empty(path, pa.schema([seg.schema.field(c) for c in columns]))
         else:
@@ -734,6 +762,44 @@ class DeltaSparkEngine:
             return True
         finally:
             source.unpersist()
+
+    def _net_files_fit(self, path: str, seg: StagedSegment) -> bool:
+        """Whether a segment merged into a current table it creates can be reduced by Python tasks into the table's
+        data files (_merge_new_table): a local lake and stage, no tombstone table yet, no backfill, and every piece's
+        net changes written in the merge input's schema."""
+        return (local_lake(path) and "://" not in seg.stage and not seg.changes and bool(seg.keys)
+                and not self.exists(tombstone_path(path)) and net_pieces(seg.pieces, seg.lo, seg.hi)
+                and all(net_schema(seg.stage, p) == seg.schema for p in seg.pieces))
+
+    def _merge_new_table(self, path: str, seg: StagedSegment, keys: list[str], app_id: str, batch: int) -> bool:
+        """The merge of a staged segment into the current table it creates (empty, no tombstones: the merge rule
+        keeps the input's upserts, and its deletes become the tombstones). A Spark job of Python tasks, one per
+        key-hash bucket (binlake.lake.engines.netreduce), reduces the pieces' net changes to one row per key and writes the
+        upserts as data files of the table and the deletes as data files of its tombstone table; the driver commits
+        them as they are (the delta-rs log writer's append_files, metadata only), the tombstones first, each commit
+        carrying (app_id, batch), as the Spark path's appends do. No Spark SQL plan, no Delta snapshot job."""
+        columns = [c for c in seg.schema.names if c != DELETED]
+        current = pa.schema([seg.schema.field(c) for c in columns])
+        key_schema = pa.schema([seg.schema.field(k) for k in keys] + [pa.field(SEQ, pa.int64())])
+        tpath = tombstone_path(path)
+        self.create_empty(path, current)
+        if is_committed(self.txn_version(path, app_id), batch):
+            return False
+        pieces = sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"]))
+        buckets = bucket_count(pieces, seg.schema, keys)
+        tasks = [(seg.stage, pieces, keys, seg.schema, b, buckets, str(path), tpath) for b in range(buckets)]
+        results = self.spark.sparkContext.parallelize(tasks, len(tasks)).map(reduce_bucket).collect()
+        bad = next((r["nulls"] for r in results if r["nulls"]), None)
+        if bad is not None:
+            raise MergeInputError(f"merge input column {bad!r} has nulls")
+        if any(r["deletes"] for r in results):
+            self.create_empty(tpath, key_schema)
+            self._log.append_files(tpath, [f for r in results for f in r["delete_files"]], key_schema, app_id,
+                                   batch, meta=commit_meta("tombstones", [(app_id, batch)]))
+            crash_point("merge-tombstones")
+        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath))
+        return self._log.append_files(path, [f for r in results for f in r["upsert_files"]], current, app_id, batch,
+                                      meta=meta)
 
     def _append_once(self, path: str, frame, app_id: str, batch: int, meta: dict[str, Any]) -> bool:
         """Append `frame` to `path` in one commit carrying (app_id, batch); False when the table has that txn

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..history import np_array
 from .base import DELETED, SEQ, MergeInputError
 
 ClauseKind = Literal["matched_delete", "matched_update", "not_matched_insert"]
@@ -142,3 +143,73 @@ def last_of_each(k: np.ndarray) -> np.ndarray:
 def current_columns(data: pa.Table) -> list[str]:
     """The current table's columns for merge input `data`: everything except `_deleted`."""
     return [c for c in data.column_names if c != DELETED]
+
+
+COLLAPSE_BYTES = 64 << 20  # reduced pieces held before they are reduced together (NewestPerKey)
+
+
+class NewestPerKey:
+    """Reduced pieces (one row per key each, in binlog order) to one row per key, the one with the largest `_seq`.
+
+    Pieces are held as they come and reduced together when they outgrow a budget: COLLAPSE_BYTES, then twice what
+    the last reduction kept (so each row is looked at a bounded number of times however many pieces come; a
+    reduction reads the key and `_seq` columns, and copies only the pieces that lost rows)."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+        self.parts: list[pa.Table] = []
+        self.held = 0
+        self.limit = COLLAPSE_BYTES
+
+    def add(self, part: pa.Table) -> None:
+        self.parts.append(part)
+        self.held += part.nbytes
+        if len(self.parts) > 1 and self.held > self.limit:  # keys changed again in later pieces: reduce as we go
+            self._reduce()
+            self.limit = max(COLLAPSE_BYTES, 2 * self.held)
+
+    def _in_seq_order(self) -> bool:
+        """Whether every part's `_seq` values all lie above the previous part's (pieces come in binlog order)."""
+        top = None
+        for p in self.parts:
+            if not p.num_rows:
+                continue
+            mm = pc.min_max(p.column(SEQ)).as_py()
+            if top is not None and mm["min"] <= top:
+                return False
+            top = mm["max"]
+        return True
+
+    def result(self) -> pa.Table:
+        self._reduce()
+        return pa.concat_tables(self.parts) if len(self.parts) > 1 else self.parts[0]
+
+    def _reduce(self) -> None:
+        if len(self.parts) < 2:
+            return
+        ids = pa.concat_tables([p.select([*self.keys, SEQ]) for p in self.parts])
+        n = ids.num_rows
+        k = int_key(ids, self.keys) if self._in_seq_order() else None
+        if k is not None:
+            # Parts in `_seq` order, one row per key each: a key's newest row is its last one in part order.
+            keep = last_of_each(k)
+            if keep.all():
+                return
+        else:
+            ids = ids.append_column("_i", np_array(np.arange(n, dtype=np.int64))).sort_by([(SEQ, "ascending")])
+            ids = ids.append_column("_r", np_array(np.arange(n, dtype=np.int64)))
+            last = ids.group_by(self.keys, use_threads=False).aggregate([("_r", "max")])
+            if last.num_rows == n:  # no key in two pieces: every row stays
+                return
+            keep = np.zeros(n, dtype=bool)
+            keep[ids.column("_i").take(last.column("_r_max")).to_numpy()] = True
+        parts, at = [], 0
+        for p in self.parts:
+            mine = keep[at:at + p.num_rows]
+            at += p.num_rows
+            if mine.all():
+                parts.append(p)
+            elif mine.any():
+                parts.append(p.filter(np_array(mine)))
+        self.parts = parts
+        self.held = sum(p.nbytes for p in parts)
