@@ -218,14 +218,19 @@ def test_chain_through_spark_submit(mariadb_full, tmp_path: Path, standalone_clu
 
 
 def _merge_engines(table: Path) -> list[str]:
-    """The engine (commitInfo.engineInfo) of each commit of the merge stage in a Delta table's log: its MERGEs, and
-    the WRITE (an append) that fills a table the batch created (delta-spark's merge into a new table)."""
+    """Who made each commit of the merge stage in a Delta table's log: its MERGEs, and the WRITE (an append) that
+    fills a table the batch created. Spark's commits name it (commitInfo.engineInfo); the files of a table that
+    delta-spark's merge created are reduced by Spark tasks and committed by the driver with delta-rs, whose commit
+    names binlake's record `reducedBy: spark` ("spark-tasks" here)."""
     engines = []
     for entry in sorted((table / "_delta_log").glob("*.json")):
         for line in entry.read_text().splitlines():
             info = json.loads(line).get("commitInfo") or {}
             if info.get("operation") in ("MERGE", "WRITE"):
-                engines.append(str(info.get("engineInfo", "")))
+                record = info.get("binlake") or {}
+                record = json.loads(record) if isinstance(record, str) else record
+                engines.append("spark-tasks" if isinstance(record, dict) and record.get("reducedBy") == "spark"
+                               else str(info.get("engineInfo", "")))
     return engines
 
 
@@ -303,8 +308,8 @@ def test_chain_with_the_delta_spark_engine(mariadb_full, tmp_path: Path) -> None
     layout = LakeLayout(configs["local"].lake)
     for table in ("t", "k"):
         path = Path(layout.current_path(db, table))
-        engines = _merge_engines(path)  # the merges ran on Spark (delta-rs would name itself)
-        assert engines and all(e.startswith("Apache-Spark") for e in engines), (table, engines)
+        engines = _merge_engines(path)  # the merges ran on Spark (a delta-rs merge would name delta-rs)
+        assert engines and all(e.startswith("Apache-Spark") or e == "spark-tasks" for e in engines), (table, engines)
         rows = get_engine().read(str(path)).to_pylist()
         with server.connect(db) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT * FROM {table}")

@@ -777,7 +777,8 @@ class DeltaSparkEngine:
         key-hash bucket (binlake.lake.engines.netreduce), reduces the pieces' net changes to one row per key and writes the
         upserts as data files of the table and the deletes as data files of its tombstone table; the driver commits
         them as they are (the delta-rs log writer's append_files, metadata only), the tombstones first, each commit
-        carrying (app_id, batch), as the Spark path's appends do. No Spark SQL plan, no Delta snapshot job."""
+        carrying (app_id, batch), as the Spark path's appends do, and `reducedBy: spark` in binlake's commit record.
+        No Spark SQL plan, no Delta snapshot job."""
         columns = [c for c in seg.schema.names if c != DELETED]
         current = pa.schema([seg.schema.field(c) for c in columns])
         key_schema = pa.schema([seg.schema.field(k) for k in keys] + [pa.field(SEQ, pa.int64())])
@@ -795,9 +796,9 @@ class DeltaSparkEngine:
         if any(r["deletes"] for r in results):
             self.create_empty(tpath, key_schema)
             self._log.append_files(tpath, [f for r in results for f in r["delete_files"]], key_schema, app_id,
-                                   batch, meta=commit_meta("tombstones", [(app_id, batch)]))
+                                   batch, meta=commit_meta("tombstones", [(app_id, batch)], reducedBy="spark"))
             crash_point("merge-tombstones")
-        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath))
+        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath), reducedBy="spark")
         return self._log.append_files(path, [f for r in results for f in r["upsert_files"]], current, app_id, batch,
                                       meta=meta)
 
