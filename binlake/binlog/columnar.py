@@ -44,6 +44,7 @@ from .vectorized import (
     datetime2_texts,
     decimal_column,
     decimal_values,
+    numpy_ready,
     time2_texts,
     timestamp2_texts,
     utf8_texts,
@@ -171,13 +172,16 @@ class _Col:
 WHOLE_MIN = 24  # fewer values than this go value by value (`one`): a numpy call costs about a microsecond
 
 
-def _whole(col: _Col) -> _Col:
-    """Mark a column whose vec converts a whole column with numpy; a few values go through `one` instead."""
+def _whole(col: _Col, gated: bool = True) -> _Col:
+    """Mark a column whose vec converts a whole column with numpy; a few values go through `one` instead, and so do
+    all while numpy is not worth importing for them (`gated`: vectorized.numpy_ready; text has its own gate)."""
     vec, one = col.vec, col.one
 
     def whole_or_few(fields):
         raws = fields[0]
-        return list(map(one, raws)) if len(raws) < WHOLE_MIN else vec(fields)
+        if len(raws) < WHOLE_MIN or (gated and not numpy_ready(len(raws))):
+            return list(map(one, raws))
+        return vec(fields)
 
     col.vec = whole_or_few
     col.whole = True
@@ -317,7 +321,7 @@ def plan_text(codec: Any, bit: int, iso: bool = False, rows: bool = False) -> _C
             values = utf8_texts(raws) if len(raws) >= WHOLE_MIN else None
             return values if values is not None else list(map(fn, raws))
 
-        return _whole(_Col(col.index, bit, None, codec.prefix, utf8, fn))
+        return _whole(_Col(col.index, bit, None, codec.prefix, utf8, fn), gated=False)
     if fn is decode_mysql_latin1:  # ISO latin-1's C decoder where the bytes allow
         return _Col(col.index, bit, None, codec.prefix, lambda f: latin1_texts(f[0], fn), fn)
     vec, one = _mapped(fn)

@@ -10,6 +10,7 @@ import random
 import struct
 from pathlib import Path
 
+import numpy  # noqa: F401  (whole-column conversions at once: vectorized.numpy_ready; test_numpy_gate.py covers the rest)
 import pytest
 
 from binlake.binlog import columnar, rows

@@ -8,6 +8,7 @@ import itertools
 import random
 from decimal import Context, Decimal
 
+import numpy  # noqa: F401  (whole-column conversions at once: vectorized.numpy_ready; test_numpy_gate.py covers the rest)
 import pytest
 
 from binlake.binlog.charsets import decode_mysql_latin1
