@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 import re
 import struct
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -59,6 +61,7 @@ from .rows import (
 from .stream import END_COMPLETE, EventStream, RawEvent, StreamEnd, is_ignorable, open_binlog
 from .tablemap import TableMap
 from .values import ValueError_
+from .vectorized import expect_bytes
 
 OPS = {RK.WRITE: OP_INSERT, RK.UPDATE: OP_UPDATE, RK.DELETE: OP_DELETE}
 HEADER = struct.Struct("<IBIIIH")
@@ -312,6 +315,8 @@ class BinlogDecoder:
         """Like decode_files, but the rows of each rows event come as one RowBatch (a list): much cheaper to
         consume for callers that work per event (stats, the lake)."""
         paths = list(paths)
+        with suppress(OSError):  # a missing file: opening it reports that
+            expect_bytes(sum(os.path.getsize(p) for p in paths))
         for i, path in enumerate(paths):
             with open_binlog(str(path)) as f:
                 yield from self.decode_stream_batched(f, Path(path).name, first=i == 0, last=i == len(paths) - 1)

@@ -258,10 +258,20 @@ def _numpy_worth_it(raws) -> bool:
 # Temporal and DECIMAL values converted one by one (the planners' `one`, columnar._whole), in a process without numpy,
 # before numpy's import is made for them. Measured (`stats`, one core): `one` costs 1-4 us a distinct value (0.5-1 us
 # more than the whole column for DECIMAL, about 1.6 us for temporal), the import 0.04-0.1 s, so numpy pays past about
-# 25,000 temporal or 70,000 DECIMAL values; at 10,000 a smaller binlog saves up to 0.03 s (a 7,500-value one: 0.193 ->
-# 0.166 s) and a larger one loses at most about 0.016 s (the 1-row matrix cells' 117,000-150,000 values need numpy).
+# 25,000 temporal or 70,000 DECIMAL values (about 2.5 MB of a temporal-only binlog): below 10,000 values a small
+# binlog saves up to 0.03 s (a 7,500-value one: 0.193 -> 0.166 s), and files of BYTES_FOR_NUMPY or more (expect_bytes)
+# take numpy at once, as a gate at 10,000 values cost the 1-row matrix cells (117,000-150,000 values) 0.01-0.04 s.
 FIXED_BEFORE_NUMPY = 10_000
+BYTES_FOR_NUMPY = 2 << 20
 _fixed_one_by_one = 0
+
+
+def expect_bytes(size: int) -> None:
+    """The decoder is about to read binlog files of `size` bytes: from BYTES_FOR_NUMPY on, temporal and DECIMAL
+    columns take numpy at once (numpy_ready)."""
+    global _fixed_one_by_one
+    if size >= BYTES_FOR_NUMPY:
+        _fixed_one_by_one = max(_fixed_one_by_one, FIXED_BEFORE_NUMPY)
 
 
 def numpy_ready(n: int) -> bool:

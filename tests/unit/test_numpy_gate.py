@@ -149,3 +149,11 @@ def test_a_process_with_numpy_converts_whole_columns_at_once(monkeypatch) -> Non
     monkeypatch.setattr(vectorized, "FIXED_BEFORE_NUMPY", 10**9)
     assert vectorized.numpy_ready(100)
     assert vectorized._fixed_one_by_one == 0
+
+
+def test_large_inputs_take_numpy_at_once(monkeypatch) -> None:
+    monkeypatch.setattr(vectorized, "_fixed_one_by_one", 0)
+    vectorized.expect_bytes(vectorized.BYTES_FOR_NUMPY - 1)
+    assert vectorized._fixed_one_by_one == 0  # a small input: values go one by one first
+    vectorized.expect_bytes(vectorized.BYTES_FOR_NUMPY)
+    assert vectorized._fixed_one_by_one >= vectorized.FIXED_BEFORE_NUMPY  # numpy_ready: numpy at the first column
