@@ -243,16 +243,18 @@ class EventStream:
                     view_of, view = buf, memoryview(buf)
                 last = None
                 max_size, residue = MAX_EVENT_SIZE, CRC32_RESIDUE
-                if self.reuse_events:
-                    ev = RawEvent(0, 0, 0, 0, 0, 0, 0, buf, 0, 0, 0)
-                    while off <= limit:
-                        ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
-                        end = off + size
-                        if (etype not in plain or end > buf_len or size < min_size or size > max_size
-                                or (log_pos != base + end and local and (log_pos or zero_bad))
-                                or (check_crc and crc32(view[off:end]) != residue)):
-                            break
-                        last = etype
+                # The decoder is done with each event before it asks for the next: one RawEvent refilled.
+                reuse = self.reuse_events
+                ev = RawEvent(0, 0, 0, 0, 0, 0, 0, buf, 0, 0, 0)
+                while off <= limit:
+                    ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
+                    end = off + size
+                    if (etype not in plain or end > buf_len or size < min_size or size > max_size
+                            or (log_pos != base + end and local and (log_pos or zero_bad))
+                            or (check_crc and crc32(view[off:end]) != residue)):
+                        break
+                    last = etype
+                    if reuse:
                         ev.pos = base + off
                         ev.timestamp = ts
                         ev.type = etype
@@ -264,19 +266,10 @@ class EventStream:
                         ev.body = off + HEADER_LEN
                         ev.body_end = end - crc_len
                         yield ev
-                        off = end
-                else:
-                    while off <= limit:
-                        ts, etype, server_id, size, log_pos, flags = header_unpack(buf, off)
-                        end = off + size
-                        if (etype not in plain or end > buf_len or size < min_size or size > max_size
-                                or (log_pos != base + end and local and (log_pos or zero_bad))
-                                or (check_crc and crc32(view[off:end]) != residue)):
-                            break
-                        last = etype
-                        yield RawEvent(base + off, ts, etype, server_id, size, log_pos, flags, buf, off, off + HEADER_LEN,
-                                       end - crc_len)
-                        off = end
+                    else:
+                        yield RawEvent(base + off, ts, etype, server_id, size, log_pos, flags, buf, off,
+                                       off + HEADER_LEN, end - crc_len)
+                    off = end
                 self._off = off
                 if last is not None:
                     self.last_type = last

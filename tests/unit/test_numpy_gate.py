@@ -18,6 +18,7 @@ from binlake.binlog.coltypes import plan_column
 from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.tablemap import Column
 from binlake.binlog.values import decimal_groups
+from tests.valuegen import random_decimals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,17 +66,6 @@ def _date(rng: random.Random) -> bytes:
     return (rng.randrange(1, 10000) << 9 | rng.randrange(1, 13) << 5 | rng.randrange(1, 32)).to_bytes(3, "little")
 
 
-def _decimal(rng: random.Random, p: int, s: int) -> bytes:
-    groups, _, size = decimal_groups(p, s)
-    x = 0
-    for nb, nd in groups:
-        x = x << 8 * nb | rng.choice([0, rng.randrange(10**nd), 10**nd - 1])
-    x |= 1 << (8 * size - 1)
-    if rng.random() < 0.5:
-        x ^= (1 << 8 * size) - 1
-    return x.to_bytes(size, "big")
-
-
 def _cases(seed: int, n: int) -> list[tuple[int, int, list[str]]]:
     """(column type, metadata, hex raw fields) of every kind the gate covers."""
     rng = random.Random(seed)
@@ -86,7 +76,7 @@ def _cases(seed: int, n: int) -> list[tuple[int, int, list[str]]]:
         cases.append((T.TIME2, fsp, [_time2(rng, fsp).hex() for _ in range(n)]))
     cases.append((T.DATE, 0, [_date(rng).hex() for _ in range(n)]))
     for p, s in ((5, 0), (12, 2), (18, 4), (30, 10), (38, 3), (65, 30)):
-        cases.append((T.NEWDECIMAL, p << 8 | s, [_decimal(rng, p, s).hex() for _ in range(n)]))
+        cases.append((T.NEWDECIMAL, p << 8 | s, [r.hex() for r in random_decimals(rng, *decimal_groups(p, s)[::2], n)]))
     return cases
 
 

@@ -17,6 +17,7 @@ from binlake.binlog.constants import ColumnType as T
 from binlake.binlog.rowcodegen import make_fast_decimal
 from binlake.binlog.tablemap import Column
 from binlake.binlog.values import ValueError_, decimal_groups
+from tests.valuegen import random_decimals
 
 
 def _column(col: Column, raws: list[bytes]) -> list:
@@ -87,26 +88,12 @@ def test_date_and_mediumint_columns() -> None:
         assert _column(col, ints) == _reference(col, ints)
 
 
-def _random_decimals(rng: random.Random, groups, size: int, n: int) -> list[bytes]:
-    """n DECIMAL fields of that layout: each digit group zero, random or all nines; half of them negative."""
-    raws = []
-    for _ in range(n):
-        x = 0
-        for nb, nd in groups:
-            x = x << 8 * nb | rng.choice([0, rng.randrange(10**nd), 10**nd - 1])
-        x |= 1 << (8 * size - 1)
-        if rng.random() < 0.5:
-            x ^= (1 << 8 * size) - 1
-        raws.append(x.to_bytes(size, "big"))
-    return raws
-
-
 @pytest.mark.parametrize(("p", "s"), [(1, 0), (1, 1), (5, 0), (10, 2), (12, 2), (18, 4), (18, 18), (19, 0),
                                       (30, 10), (38, 3), (65, 30), (65, 0)])
 def test_decimal_columns(p: int, s: int) -> None:
     rng = random.Random(p * 100 + s)
     groups, _, size = decimal_groups(p, s)
-    raws = _random_decimals(rng, groups, size, 1500)
+    raws = random_decimals(rng, groups, size, 1500)
     col = Column(0, T.NEWDECIMAL, p << 8 | s)
     ref = make_fast_decimal(p, s)  # the generated decoders' values (a negative zero is zero)
     for values in (raws, _repeating(rng, raws)):
@@ -181,7 +168,7 @@ def test_decimal_column_as_arrow_equals_the_decimals() -> None:
     for p in range(1, 39):
         for s in range(0, min(p, 30) + 1):
             groups, n_int, size = decimal_groups(p, s)
-            raws = _random_decimals(rng, groups, size, rng.choice([1, 7, 60]))
+            raws = random_decimals(rng, groups, size, rng.choice([1, 7, 60]))
             ref = make_fast_decimal(p, s)
             want = [ref(raw) for raw in raws]
             typ = pa.decimal128(p, s)
@@ -252,7 +239,7 @@ def test_decimal_column_slices_read_in_any_order() -> None:
     rng = random.Random(18)
     for p, s in [(5, 2), (12, 2), (18, 0), (38, 3), (30, 30)]:
         groups, n_int, size = decimal_groups(p, s)
-        raws = _random_decimals(rng, groups, size, 500)
+        raws = random_decimals(rng, groups, size, 500)
         ref = make_fast_decimal(p, s)
         present = [rng.random() < 0.7 for _ in raws]
         kept = [raw for raw, ok in zip(raws, present, strict=True) if ok]
