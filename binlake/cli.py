@@ -1033,6 +1033,8 @@ def _broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the process's command (console script, python -m binlake.cli), not a call from Python
+        _skip_exit_collections()
     parser = build_parser()
     debug = _debug_wanted(argv)
     try:
@@ -1043,6 +1045,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
     return guarded(lambda: _run(args), debug)
+
+
+def _skip_exit_collections() -> None:
+    """At exit, after the atexit handlers before it, every object still alive moves to the collector's permanent
+    generation (gc.freeze), so the collections of the interpreter's shutdown do not scan the whole heap again
+    (pyarrow's, numpy's, deltalake's and binlake's modules and what they hold: about 0.04 s of CPU after an
+    ingest). Files are closed where they are used and the standard streams are flushed at exit as before; only
+    reference cycles still alive at exit are left to the operating system instead of being collected."""
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)  # registered first, so it runs after the handlers registered later
 
 
 def _run(args: argparse.Namespace) -> int:
