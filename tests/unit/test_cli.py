@@ -156,3 +156,23 @@ def test_stats_text_escapes_c0_and_c1_controls_json_keeps_them(capsys, tmp_path:
     report = json.loads(out)
     assert report["tables"] == {f"{db}.{table}": {"insert": 2}}
     assert report["files"][0]["file"] == path.name
+
+
+@pytest.mark.parametrize("as_process", [True, False])
+def test_only_the_process_command_freezes_the_collector_at_exit(as_process: bool) -> None:
+    """`main()` as the process's command (argv from sys.argv) freezes the collector's objects at exit, so the
+    shutdown's collections skip them; `main(argv)` called from Python leaves the collector as it was."""
+    import subprocess
+    import sys
+
+    call = "cli.main()" if as_process else "cli.main(['--version'])"
+    code = ("import atexit, gc, sys\n"
+            "sys.argv = ['binlake', '--version']\n"
+            "from binlake import cli\n"
+            f"rc = {call}\n"
+            "before = gc.get_freeze_count()\n"
+            "atexit._run_exitfuncs()\n"
+            "print(rc, before, gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout.split()
+    assert out[-3:] == ["0", "0", str(as_process)]
