@@ -243,20 +243,16 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
                                key_names(maps[key]) if maps[key].primary_key else None)
         written.setdefault(key, []).append(manifest)
         spill.n += 1
-        if keep_bytes is None and maps[key].primary_key:
-            # A task away from the driver (a Spark executor): the piece's net changes go beside it, for the merge
-            # to read instead of the piece (binlake.lake.staging.write_net).
-            try:
-                rows = merge_input(piece, maps[key])
-            except Exception:  # the merge computes it from the piece, and reports the error
-                return
-            write_net(stage, manifest, rows)
+        away = keep_bytes is None  # a task away from the driver (a Spark executor): the net changes go beside it
+        if not maps[key].primary_key or not (away or merge_input_room()):
             return
-        if keep_bytes is not None and maps[key].primary_key and merge_input_room():
-            try:
-                rows = merge_input(piece, maps[key])
-            except Exception:  # the merge computes it again from the piece, and reports the error
-                return
+        try:
+            rows = merge_input(piece, maps[key])
+        except Exception:  # the merge computes it again from the piece, and reports the error
+            return
+        if away:
+            write_net(stage, manifest, rows)
+        else:
             keep_merge_input(stage, manifest, key_names(maps[key]), rows)
 
     def keep_built(key: int, piece: pa.Table) -> None:
