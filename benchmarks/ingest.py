@@ -10,7 +10,8 @@ the quality gates' Great Expectations import stays in the run's own split. Usage
 
 `--spark` measures Spark at scale instead (issue 16): MB/s and rows/s of in-process, local[1] and local[2] on one
 large generated binlog and on a batch of 8 generated files (benchmarks/big_binlog.py, cached outside the
-repository), gates off, each run in a fresh process, with the machine's load average beside each figure. The Spark
+repository), and (`--inputs next`) on the last 4 of those 8 files ingested into the lake the first 4 made (the
+hourly steady state: merges into tables that hold rows), gates off, each run in a fresh process, with the machine's load average beside each figure. The Spark
 runs commit with the delta-spark engine as `binlake ingest --spark` does (`--spark-engine delta-rs`: decode on
 Spark, commits in the driver with delta-rs):
 
@@ -137,12 +138,21 @@ print(json.dumps({{"rows": sum(s.rows.values()), "seconds": time.perf_counter() 
 """
 
 
-def scale_run(mode: str, files: list[str], split_mb: int, engine: str = "delta-spark") -> dict:
+def scale_run(mode: str, files: list[str], split_mb: int, engine: str = "delta-spark",
+              before: list[str] | None = None) -> dict:
     """One ingest of `files` (gates off) in a fresh process: in-process (delta-rs) or on Spark with master `mode`
-    and `engine` committing."""
+    and `engine` committing. `before`: files ingested first the same way, in a process of their own and not timed
+    (the timed run then ingests what `files` add: the next batch into tables that hold rows)."""
     lake = tempfile.mkdtemp(prefix="binlake-bench-scale-")
     try:
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        if before:
+            done = subprocess.run([sys.executable, "-c", SCALE_CHILD.format(root=str(HERE.parent)), mode, engine,
+                                   str(split_mb), lake, *before], capture_output=True, text=True, env=env)
+            if not any(line.startswith("{") for line in done.stdout.splitlines()):
+                tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-3:]
+                return {"mode": mode, "failed": done.returncode, "error": "first batch: " + " | ".join(tail)[-600:],
+                        "load": round(os.getloadavg()[0], 1)}
         load = os.getloadavg()[0]
         done = subprocess.run([sys.executable, "-c", SCALE_CHILD.format(root=str(HERE.parent)), mode, engine,
                                str(split_mb), lake, *files], capture_output=True, text=True, env=env)
@@ -152,7 +162,7 @@ def scale_run(mode: str, files: list[str], split_mb: int, engine: str = "delta-s
             tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-3:]
             return {"mode": mode, "failed": done.returncode, "error": " | ".join(tail)[-600:], "load": round(load, 1)}
         run = json.loads(lines[-1])
-        size = sum(os.path.getsize(f) for f in files)
+        size = sum(os.path.getsize(f) for f in files if f not in (before or ()))
         run.update(mode=mode, mb=round(size / (1 << 20), 1), mb_per_s=round(size / (1 << 20) / run["seconds"], 2),
                    rows_per_s=round(run["rows"] / run["seconds"]), load=round(load, 1))
         return run
@@ -180,13 +190,19 @@ def spark_scale(args: argparse.Namespace) -> int:
     if "batch" in wanted:
         batch_first, info = cached(args.batch_mb, args.cache_dir, files=8)
         inputs[f"8 files ({args.batch_mb:g} MB)"] = [str(batch_first.parent / n) for n in info["files"]]
+    firsts: dict[str, list[str]] = {}
+    if "next" in wanted:  # the hourly steady state: a batch into tables an earlier batch filled
+        batch_first, info = cached(args.batch_mb, args.cache_dir, files=8)
+        every = [str(batch_first.parent / n) for n in info["files"]]
+        name = f"last 4 of the 8 files ({args.batch_mb:g} MB) into the lake of the first 4"
+        inputs[name], firsts[name] = every, every[:4]
     modes = [m for m in ("in-process", "local[1]", "local[2]") if not args.modes or m in args.modes.split(",")]
     figures = {"cpus": os.cpu_count(), "split_mb": args.split_mb, "repeat": args.repeat,
                "spark_engine": args.spark_engine, "runs": []}
     for n in range(max(1, args.repeat)):
         for name, files in inputs.items():
             for mode in modes:
-                run = scale_run(mode, files, args.split_mb, args.spark_engine)
+                run = scale_run(mode, files, args.split_mb, args.spark_engine, firsts.get(name))
                 run.update(input=name, round=n)
                 print(json.dumps(run, default=str), flush=True)
                 figures["runs"].append(run)
@@ -238,7 +254,8 @@ def main() -> int:
                         help="--spark: the engine committing the Spark runs (default delta-spark, as `binlake ingest "
                         "--spark`); in-process is always delta-rs")
     parser.add_argument("--modes", help="--spark: only these runs (comma-separated: in-process,local[1],local[2])")
-    parser.add_argument("--inputs", help="--spark: only these inputs (comma-separated: one,batch)")
+    parser.add_argument("--inputs", help="--spark: only these inputs (comma-separated: one,batch,next; default "
+                        "one,batch; next: the last 4 of the 8 files ingested into the lake of the first 4, timed)")
     parser.add_argument("--repeat", type=int, default=3, help="decode-only and in-process ingest runs, "
                         "alternated; the best of each is reported (other work on the machine only slows runs down). "
                         "--spark: rounds of every run, medians reported")

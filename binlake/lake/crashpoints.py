@@ -14,7 +14,8 @@ Unset, a crash point costs one dict lookup.
 Points: `decode-task` (in a decode task, after its range is decoded and staged: under Spark it is the executor's
 Python worker that dies, counted per worker), `decoded` (decode tasks done, nothing saved), `history:<i>` counted per
 history append, `merge` counted per current-table merge commit and `merge-tombstones` between a staged merge's
-tombstone and MERGE commits, `merged` (every merge done, before the registry and catalog commits), `publish` (before
+tombstone and MERGE commits, `tombstones-committed` the same in the embedded engine's merge (in process, or in the
+Spark task that merges a staged segment into a filled table: there the executor's Python worker dies), `merged` (every merge done, before the registry and catalog commits), `publish` (before
 the control table's commit). Counts are of the commits this process makes: a re-run after a crash skips what was
 committed without counting it, so `history:1` / `merge:1` there is the first append / merge it still had to make.
 """

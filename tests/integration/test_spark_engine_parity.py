@@ -155,3 +155,104 @@ def test_all_types_and_random_lifecycle_workloads_equal_on_both_paths(mariadb_fu
     catalog = {r["slot"]: r for r in get_engine().read(str(spark_lake / "_binlake" / "catalog")).to_pylist()}
     assert {r["state"] for r in catalog.values()} >= {"live", "renamed", "dropped"}, catalog
     assert len({r["batch_id"] for r in catalog.values()}) == 2, catalog
+
+
+def _merge_commits(table: Path) -> list[tuple[str, bool]]:
+    """(who, reduced by Spark) of each MERGE commit in a Delta table's log: `engineInfo` names Spark for Spark's own
+    commits and delta-rs for the embedded engine's; binlake's record says `reducedBy: spark` when a Spark task made
+    it (binlake.lake.engines.netreduce.merge_segment)."""
+    import json
+
+    out = []
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            info = json.loads(line).get("commitInfo") or {}
+            if info.get("operation") == "MERGE":
+                record = info.get("binlake") or info.get("userMetadata") or {}
+                record = json.loads(record) if isinstance(record, str) else record
+                who = "spark" if str(info.get("engineInfo", "")).startswith("Apache-Spark") else "delta-rs"
+                out.append((who, record.get("reducedBy") == "spark"))
+    return out
+
+
+def test_merges_into_filled_tables_by_a_task_or_by_delta_merge_equal_delta_rs(mariadb_full, spark, tmp_path) -> None:
+    """Batches into current tables that already hold rows (the hourly steady state), three ways on one seeded
+    workload of three batches: in process (delta-rs, the reference); on Spark, where a staged segment into a
+    filled table is merged by one Python task (binlake.lake.engines.netreduce.merge_segment: its MERGE commits are
+    delta-rs's with `reducedBy: spark`); and on Spark with that path turned off (the Spark conf
+    `spark.binlake.taskMergeMaxMB` = 0: Delta MERGEs in the JVM). The workload has key moves on a composite key,
+    deletes and re-inserts of deleted keys (tombstones), an ALTER between batches and one inside a batch, and a
+    table of 3,000 rows. Before the third batch one table of the task-merge lake gets deletion vectors enabled (a
+    writer feature the embedded engine does not write): its merge falls back to Spark's MERGE. All three lakes equal
+    each other table by table after every batch, and the server's SELECT *."""
+    from binlake.lake.engines.deltaspark import DeltaSparkEngine, available
+    from binlake.spark import spark_executor
+
+    ok, reason = available(spark)
+    if not ok:
+        skip_or_fail(f"delta-spark: {reason}")
+    server = mariadb_full
+    dbs = fresh(server, "sp_fill_a", "sp_fill_b")
+    db = dbs[0]
+    first = server.binlog_files()[-1].name
+    rng = random.Random(1618)
+    ck = Model(rng, "ck")
+
+    def rows(n: int, lo: int, hi: int, z: bool = False) -> str:
+        return ", ".join(f"({i}, {rng.randint(-10**6, 10**6)}, '{rng.choice(['a', 'bb', 'ccc', ''])}'"
+                         + (f", {rng.randint(-9, 9)})" if z else ")") for i in rng.sample(range(lo, hi), n))
+
+    big = ", ".join(f"({i}, {rng.randint(0, 99)}, 's{i % 13}')" for i in range(1, 3001))
+    batches = [
+        [TABLES["ck"], "CREATE TABLE big (id INT PRIMARY KEY, v INT, s VARCHAR(8))",
+         "CREATE TABLE small (id INT PRIMARY KEY, v INT, s VARCHAR(8))", f"INSERT INTO big VALUES {big}",
+         f"INSERT INTO small VALUES {rows(20, 1, 100)}", *(s for _ in range(15) for s in ck.step())],
+        [f"UPDATE big SET v = v + 1 WHERE id % {rng.randint(3, 7)} = 0",
+         f"DELETE FROM big WHERE id % {rng.randint(8, 11)} = 1", "DELETE FROM small WHERE id % 2 = 0",
+         *(s for _ in range(15) for s in ck.step()),
+         "UPDATE big SET id = id + 5000 WHERE id % 17 = 0",  # key moves
+         "INSERT INTO small VALUES (2, 1, 'back'), (4, 2, 'back')",  # deleted keys again
+         "ALTER TABLE small ADD COLUMN z INT DEFAULT 3", f"INSERT INTO small VALUES {rows(5, 200, 300, z=True)}"],
+        [f"INSERT INTO big VALUES {rows(50, 10000, 20000)}", f"UPDATE big SET s = 'x' WHERE id % {rng.randint(2, 5)} = 0",
+         "DELETE FROM big WHERE id BETWEEN 100 AND 400", *(s for _ in range(15) for s in ck.step()),
+         "UPDATE small SET z = z + id", "INSERT INTO small (id, v, s) VALUES (2000, 1, 'n')",
+         f"DELETE FROM small WHERE id < {rng.randint(5, 50)}"],
+    ]
+    lakes = {"rs": tmp_path / "rs", "task": tmp_path / "task", "merge": tmp_path / "merge"}
+    engine = DeltaSparkEngine(spark)
+    conf = DeltaSparkEngine.TASK_MERGE_CONF
+    for n, statements in enumerate(batches):
+        run(server, db, *statements)
+        files = new_files(server, first)
+        opts = dict(files=[str(f) for f in files], databases=set(dbs), quality=QualityConfig(enabled=False))
+        if n == 2:  # deletion vectors on one table of the task-merge lake: the embedded engine leaves it to Spark
+            spark.sql(f"ALTER TABLE delta.`{lakes['task'] / db / 'small'}` "
+                      "SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        assert run_ingest(IngestOptions(lake=str(lakes["rs"]), **opts)).batch is not None
+        assert run_ingest(IngestOptions(lake=str(lakes["task"]), **opts), executor=spark_executor(spark),
+                          engine=engine).batch is not None
+        spark.conf.set(conf, "0")
+        try:
+            assert run_ingest(IngestOptions(lake=str(lakes["merge"]), **opts), executor=spark_executor(spark),
+                              engine=engine).batch is not None
+        finally:
+            spark.conf.unset(conf)
+        expected = server_tables(server, dbs)
+        assert expected[f"{db}.big"][1] and expected[f"{db}.ck"][1], expected.keys()
+        tables = {k: delta_tables(v) for k, v in lakes.items()}
+        for name in ("task", "merge"):
+            assert lake_current(lakes[name], dbs) == expected, f"{name} lake after batch {n + 1}"
+            assert sorted(tables[name]) == sorted(tables["rs"]), f"{name} lake after batch {n + 1}"
+            for table, path in sorted(tables["rs"].items()):
+                own = table.startswith("_binlake")
+                assert table_rows(tables[name][table], own) == table_rows(path, own), \
+                    f"{table} of the {name} lake after batch {n + 1}"
+    # Who merged: batches 2 and 3 into the filled tables by tasks, or by Delta MERGE with the path off; the table
+    # with deletion vectors by Spark in batch 3.
+    for table in ("big", "ck"):
+        task = _merge_commits(lakes["task"] / db / table)
+        assert task and all(c == ("delta-rs", True) for c in task), (table, task)
+        merge = _merge_commits(lakes["merge"] / db / table)
+        assert merge and all(who == "spark" for who, _ in merge), (table, merge)
+    small = _merge_commits(lakes["task"] / db / "small")
+    assert ("delta-rs", True) in small and small[-1][0] == "spark", small

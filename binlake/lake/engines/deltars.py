@@ -65,9 +65,12 @@ class DeltaRsEngine:
 
     name = "delta-rs"
 
-    def __init__(self, storage_options: dict[str, str] | None = None, max_attempts: int = 6) -> None:
+    def __init__(self, storage_options: dict[str, str] | None = None, max_attempts: int = 6,
+                 record: dict[str, Any] | None = None) -> None:
         self.storage_options = dict(storage_options) if storage_options else None
         self.max_attempts = max_attempts
+        # Added to binlake's record of every commit this engine makes (e.g. `reducedBy: spark` in a Spark task).
+        self.record = dict(record) if record else {}
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -78,8 +81,8 @@ class DeltaRsEngine:
             raise EngineError(f"no Delta table at {path}" + (f" version {version}" if version is not None else "")
                               + f": {exc}") from exc
 
-    @staticmethod
-    def _props(meta: dict[str, Any]):
+    def _props(self, meta: dict[str, Any]):
+        meta = {**meta, **self.record} if self.record else meta
         txns = [Transaction(app_id=t["appId"], version=t["version"]) for t in meta["txns"]]
         return CommitProperties(app_transactions=txns, custom_metadata={META_KEY: meta})
 
@@ -228,6 +231,20 @@ class DeltaRsEngine:
         return self._commit_once(path, app_id, batch, meta, lambda dt: write_deltalake(
             dt, entry_reader(stage, info), mode="append", schema_mode="merge", commit_properties=self._props(meta)),
             create=(schema, partition_by))
+
+    WRITER_FEATURES = frozenset({"appendOnly", "invariants", "checkConstraints", "timestampNtz"})
+    """Table writer features this engine's merges and appends keep to (another engine may have enabled others)."""
+
+    def writes(self, path: str) -> bool:
+        """Whether this engine may write the table at `path` (none yet, or a protocol of legacy writer version 3 at
+        most or of WRITER_FEATURES only: tables binlake creates; one another engine upgraded, e.g. with deletion
+        vectors or column mapping, is left to it)."""
+        if not self.exists(path):
+            return True
+        protocol = self._dt(path).protocol()
+        if protocol.min_writer_version <= 3:
+            return True
+        return protocol.min_writer_version == 7 and set(protocol.writer_features or ()) <= self.WRITER_FEATURES
 
     def _files_fit(self, path: str, schema: pa.Schema) -> bool:
         """Whether rows of `schema` may be written as data files of the table at `path` (append_files)."""

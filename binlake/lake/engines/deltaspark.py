@@ -67,7 +67,7 @@ from .base import (
 from .commitmeta import commit_meta, meta_of
 from .deltars import DeltaRsEngine
 from .mergeplan import MergeSpec, current_spec, delete_older_spec, quote, tombstone_spec
-from .netreduce import bucket_count, reduce_bucket
+from .netreduce import bucket_count, merge_segment, reduce_bucket
 from .schema_change import apply_changes, plan, renamed
 from .tombstones import (
     check_merge_columns,
@@ -260,6 +260,11 @@ class DeltaSparkEngine:
     commit_threads = 4
     """Independent commits (one per table: the history appends) a batch may run at once from driver threads: each is
     a few small Spark jobs, mostly fixed cost (planning, Delta's log and snapshot work), which overlap."""
+    TASK_MERGE_CONF = "spark.binlake.taskMergeMaxMB"
+    TASK_MERGE_MB = 256
+    """A staged segment into an existing current table whose pieces' net files total at most this many MB (Parquet
+    on disk; the task holds a few times that) is merged by one Python task (_merge_in_task), a larger one by a Delta
+    MERGE on the executors. The Spark conf TASK_MERGE_CONF overrides it (0: always the Delta MERGE)."""
 
     def __init__(self, spark: Any, storage_options: dict[str, str] | None = None, max_attempts: int = 6) -> None:
         ok, reason = available(spark)
@@ -696,6 +701,8 @@ class DeltaSparkEngine:
         fresh = not self.exists(path)
         if fresh and self._net_files_fit(path, seg):
             return self._merge_new_table(path, seg, keys, app_id, batch)
+        if not fresh and self._task_merge_fits(path, seg):
+            return self._merge_in_task(path, seg, keys, app_id, batch)
         if fresh:
             self.create_empty(path, pa.schema([seg.schema.field(c) for c in columns]))
         else:
@@ -801,6 +808,41 @@ class DeltaSparkEngine:
         meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=self.version(tpath), reducedBy="spark")
         return self._log.append_files(path, [f for r in results for f in r["upsert_files"]], current, app_id, batch,
                                       meta=meta)
+
+    def _task_merge_fits(self, path: str, seg: StagedSegment) -> bool:
+        """Whether a segment merged into an existing current table can be merged by one Python task
+        (_merge_in_task): a local lake and stage, every piece's net changes written in the segment's schema, at most
+        `task_merge_bytes` of them, and a table whose protocol the embedded engine writes."""
+        base = seg.base_schema or seg.schema
+        return (local_lake(path) and "://" not in seg.stage and bool(seg.keys)
+                and net_pieces(seg.pieces, seg.lo, seg.hi)
+                and sum(p.get("net_bytes", 0) for p in seg.pieces) <= self.task_merge_bytes()
+                and self._log.writes(path) and self._log.writes(tombstone_path(path))
+                and all(net_schema(seg.stage, p) == base for p in seg.pieces))
+
+    def task_merge_bytes(self) -> int:
+        """TASK_MERGE_MB, or the session's TASK_MERGE_CONF, in bytes."""
+        raw = self.spark.conf.get(self.TASK_MERGE_CONF, None)
+        try:
+            mb = float(raw) if raw not in (None, "") else self.TASK_MERGE_MB
+        except ValueError:
+            raise EngineError(f"Spark conf {self.TASK_MERGE_CONF}={raw!r}: expected a number of MB") from None
+        return int(mb * (1 << 20))
+
+    def _merge_in_task(self, path: str, seg: StagedSegment, keys: list[str], app_id: str, batch: int) -> bool:
+        """The merge of a staged segment into an existing current table as one Spark task (a Python worker, on an
+        executor): it reduces the pieces' net changes to one row per key and merges them with the embedded engine's
+        `_seq`-ordered merge with tombstones (binlake.lake.engines.netreduce.merge_segment), its commits carrying
+        (app_id, batch) and `reducedBy: spark`. No Spark SQL plan, no Delta snapshot job in the JVM: a Delta MERGE
+        there costs seconds of fixed work per table in a fresh process, where most hourly batches change a small
+        part of each table. The driver gets back a count."""
+        task = (seg.stage, list(seg.pieces), keys, seg.base_schema or seg.schema, list(seg.changes), seg.schema,
+                str(path), app_id, batch, self._log.storage_options)
+        got = self.spark.sparkContext.parallelize([0], 1).map(lambda _: merge_segment(task)).collect()[0]
+        if got["error"]:
+            kind, message = got["error"]
+            raise (MergeInputError if kind == "MergeInputError" else EngineError)(message)
+        return got["merged"]
 
     def _append_once(self, path: str, frame, app_id: str, batch: int, meta: dict[str, Any]) -> bool:
         """Append `frame` to `path` in one commit carrying (app_id, batch); False when the table has that txn

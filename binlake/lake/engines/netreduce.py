@@ -16,8 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..staging import read_net, write_files
-from .base import DELETED, SEQ
+from .base import DELETED, SEQ, EngineError
+from .deltars import DeltaRsEngine
 from .mergeplan import NewestPerKey, int_key
+from .schema_change import apply_changes
 
 BUCKET_BYTES = 64 << 20
 """Net file bytes (Parquet, on disk) one reduce task takes at most: its memory holds about a few times that."""
@@ -80,3 +82,41 @@ def reduce_bucket(task: tuple) -> dict:
         out["upserts"] = upserts.num_rows
     pa.default_memory_pool().release_unused()
     return out
+
+
+def segment_net(stage: str, pieces: list[dict], keys: list[str], base: pa.Schema, changes: list,
+                schema: pa.Schema) -> pa.Table:
+    """A staged segment's net changes, one row per key: its pieces' net files (in binlog order) reduced to the newest
+    row per key, evolved forward by `changes` (a backfill) and cast to the merge input's `schema`."""
+    newest = NewestPerKey(keys)
+    for p in pieces:
+        rows = read_net(stage, p)
+        if rows.schema != base:
+            rows = rows.cast(base)
+        if rows.num_rows:
+            newest.add(rows)
+        del rows
+    net = newest.result() if newest.parts else base.empty_table()
+    if changes:
+        batches = net.to_batches() or [pa.RecordBatch.from_pylist([], schema=base)]
+        net = pa.Table.from_batches([apply_changes(b, changes) for b in batches])
+    return net.select(schema.names).cast(schema)
+
+
+def merge_segment(task: tuple) -> dict:
+    """One merge task: (stage, pieces, keys, base schema, changes, merge input schema, table path, app id, batch,
+    storage options). The segment's net changes (segment_net) merged into the existing current table at the path
+    by the embedded engine's `_seq`-ordered merge with tombstones (delta-rs, binlake.lake.engines.tombstones: the
+    same commits, app transactions and result as in process), its commits recording `reducedBy: spark`. Returns
+    whether it committed (False: the batch's txn was in) and the net row count; an expected failure comes back as
+    `error` (its type name and message) rather than as a failed task."""
+    stage, pieces, keys, base, changes, schema, path, app_id, batch, storage_options = task
+    try:
+        net = segment_net(stage, sorted(pieces, key=lambda p: (p["min_seq"], p["path"])), keys, base, changes, schema)
+        engine = DeltaRsEngine(storage_options, record={"reducedBy": "spark"})
+        merged = engine.merge(path, net, keys, app_id, batch)
+    except (EngineError, ValueError) as exc:  # MergeInputError, a conversion the backfill cannot make
+        return {"merged": False, "rows": 0, "error": (type(exc).__name__, str(exc))}
+    finally:
+        pa.default_memory_pool().release_unused()
+    return {"merged": merged, "rows": net.num_rows, "error": None}

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..crashpoints import crash_point
 from .base import DELETED, SEQ, ColumnChange, EngineError, MergeInputError, check_batch, is_committed
 from .commitmeta import commit_meta, meta_at
 from .mergeplan import (
@@ -159,6 +160,7 @@ def merge_with_tombstones(b: MergeBackend, path: str, data: pa.Table, keys: list
         b.create_empty(tpath, key_schema)
         b.run_merge(tpath, deletes, tombstone_spec(keys), app_id, batch,
                     commit_meta("tombstones", [(app_id, batch)]), check_txn=False)
+        crash_point("tombstones-committed")
 
     meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=b.version(tpath))
     if not b.run_merge(path, source, current_spec(columns, keys), app_id, batch, meta, check_txn=True):
