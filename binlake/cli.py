@@ -30,6 +30,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"binlake: error: {self.prog}: {message} (see --help)\n")
 
 
+def _spark_conf(text: str) -> tuple[str, str]:
+    """An argparse type: KEY=VALUE, a Spark conf."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().startswith("spark."):
+        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, not {text!r}")
+    return key.strip(), value
+
+
 def _count(minimum: int):
     """An argparse type: an integer >= minimum."""
 
@@ -422,7 +430,7 @@ def _ingest_once(args: argparse.Namespace) -> int:
     if args.spark:
         from .spark import build_spark_session, spark_executor
 
-        spark = build_spark_session("binlake-ingest")
+        spark = build_spark_session("binlake-ingest", extra_conf=dict(args.spark_conf or []))
         executor = spark_executor(spark)
     bar = None
     if not getattr(args, "no_progress", False):
@@ -732,6 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-mb", type=_count(1), default=64, help="decode files larger than this as several ranges")
     p.add_argument("--spark", action="store_true", help="decode in Spark tasks (local[*] unless configured) that "
                    "stage Parquet in the lake; the commits run on the executors too (delta-spark engine)")
+    p.add_argument("--spark-conf", action="append", type=_spark_conf, metavar="KEY=VALUE",
+                   help="with --spark: a Spark conf for the session (repeat), e.g. spark.executor.memory=4g or "
+                   "spark.binlake.taskMergeMaxMB=0 (docs/engines.md)")
     p.add_argument("--helper-tables", action="append", metavar="REGEX",
                    help="table names of online-schema-change helper tables, never listed as lake tables (repeat; "
                    "default: gh-ost's _t_gho/_t_ghc/_t_del and pt-online-schema-change's _t_new/_t_old)")

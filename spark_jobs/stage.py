@@ -30,10 +30,11 @@ def spark_executor_factory(cfg: DeploymentConfig, cluster: bool = False):
     `submit_args = ["--jars", ...]`) and the engine commits through it."""
 
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # spark-submit started this process and its JVM
-    extra: dict[str, str] = {}
+    # `spark.conf`: spark-submit got them as --conf; a local session takes them here.
+    extra: dict[str, str] = {} if submitted else {k: str(v) for k, v in cfg.spark.conf.items()}
     if cluster:
         conf = submitted_conf()
-        extra = {"spark.driver.host": conf.get("spark.driver.host", socket.getfqdn()),
+        extra |= {"spark.driver.host": conf.get("spark.driver.host", socket.getfqdn()),
                  "spark.driver.bindAddress": conf.get("spark.driver.bindAddress", "0.0.0.0")}
     delta = cfg.engine == "delta-spark"
     spark = build_spark_session("binlake-stage", extra_conf=extra, delta=True if delta else None)

@@ -250,6 +250,9 @@ def test_option_values(capsys, tmp_path: Path, lake: Path) -> None:
     for bad in ("h:notaport", "h:0", ":25", "h:99999"):
         fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", src, "--lake", str(tmp_path / "l"),
               "--smtp-host", bad, says="--smtp-host")
+    for bad in ("spark.executor.memory", "executor.memory=4g", "=1"):
+        fails(capsys, tmp_path, ExitCode.USAGE, "ingest", "--source", src, "--lake", str(tmp_path / "l"), "--spark",
+              "--spark-conf", bad, says="--spark-conf")
     for cmd in (["quarantine"], ["schema"], ["quality"], ["quarantine", "list"], ["query", "--lake", str(lake)]):
         fails(capsys, tmp_path, ExitCode.USAGE, *cmd, says="required")
 
