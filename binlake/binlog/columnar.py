@@ -192,6 +192,27 @@ def _first(fields):
     return fields[0]
 
 
+# struct codes of integers (plan_struct) -> numpy dtypes of the same width and signedness (EventPlan's `arrays`)
+_INT_DTYPES = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32", "q": "int64",
+               "Q": "uint64"}
+_np_array: Callable | None = None  # numpy.array, once some EventPlan gives integer columns as arrays
+_ndarray: type | None = None
+
+
+def _numpy_arrays() -> None:
+    """Import numpy for integer columns as arrays (only then: stats and row consumers never pay for it)."""
+    global _np_array, _ndarray
+    if _np_array is None:
+        import numpy as np
+
+        _np_array, _ndarray = np.array, np.ndarray
+
+
+def _plain_columns(columns: list) -> list:
+    """Columns as value sequences of Python objects (integer arrays as lists of ints) for row tuples."""
+    return [c.tolist() if type(c) is _ndarray else c for c in columns] if _ndarray is not None else columns
+
+
 def _same(v):
     return v
 
@@ -509,15 +530,22 @@ def _piece(cache: dict, head: str, n: int) -> str:
 class EventPlan:
     """Column-at-a-time decoding of the images of one table map with one columns-present bitmap."""
 
-    def __init__(self, table: TableMap, present: int, codecs: list, text: bool = False, rows: bool = False) -> None:
+    def __init__(self, table: TableMap, present: int, codecs: list, text: bool = False, rows: bool = False,
+                 arrays: bool = False) -> None:
         """`codecs`: the table's columns as coltypes.ColumnCodec (each plans its own column). `text`: DECIMAL and
         DATE/DATETIME/TIMESTAMP columns whose values all format come as vectorized.TextColumn (DecodeOptions
         .text_values). `rows`: the consumer reads row tuples (decoder.decode_files): UTF-8 text comes as str lists,
-        not TextColumn (see plan_text)."""
+        not TextColumn (see plan_text). `arrays`: TINYINT..BIGINT columns without NULL in an event come as numpy
+        arrays of their struct code's width (DecodeOptions.int_arrays)."""
         cols = [c for c in table.columns if present >> c.index & 1]
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
         self.cols = [_plan(codecs[c.index], 1 << i, text, rows) for i, c in enumerate(cols)]
+        # column index -> numpy dtype of the integer columns given as arrays (plain struct values: plan_struct)
+        self.arrays = {c.index: _INT_DTYPES[c.codes[0]] for c in self.cols
+                       if arrays and c.vec is _first and c.codes and c.codes[0] in _INT_DTYPES}
+        if self.arrays:
+            _numpy_arrays()
         # Events of this plan wait to be converted together only when a column converts a whole column with numpy
         # (for the others, joining and cutting the events' columns costs more than it saves).
         self.groups = any(c.whole for c in self.cols)
@@ -740,6 +768,11 @@ class EventPlan:
                     type(vals) is not DecimalColumn:
                 # a one-shot iterator from a converter
                 out[j] = list(vals)
+        if self.arrays:
+            for j, dtype in self.arrays.items():
+                vals = out[j]
+                if type(vals) is tuple:  # no NULL in these images (a column with some is a list)
+                    out[j] = _np_array(vals, dtype)
         return out
 
 
@@ -797,8 +830,8 @@ class ColumnarPairs:
         if self._pairs is None:
             # Every column holds n values, so zip(*columns) makes exactly n row tuples.
             before, after = self.before, self.after
-            before = zip(*before, strict=True) if before is not None else repeat(None, self.n)
-            after = zip(*after, strict=True) if after is not None else repeat(None, self.n)
+            before = zip(*_plain_columns(before), strict=True) if before is not None else repeat(None, self.n)
+            after = zip(*_plain_columns(after), strict=True) if after is not None else repeat(None, self.n)
             self._pairs = list(zip(before, after, strict=True))
         return self._pairs
 

@@ -13,8 +13,9 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator
-from contextlib import suppress
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -165,6 +166,21 @@ def classify_statement(sql: str) -> str:
     return "other"
 
 
+# Whether DecodeOptions made now ask for integer columns as numpy arrays (integer_arrays()).
+_INT_ARRAYS: ContextVar[bool] = ContextVar("binlake_int_arrays", default=False)
+
+
+@contextmanager
+def integer_arrays() -> Iterator[None]:
+    """DecodeOptions made inside ask for integer columns as numpy arrays (DecodeOptions.int_arrays): what the
+    lake's decode tasks, whose options binlake.lake.decode_task makes, run in (binlake.lake.ingest.run_task)."""
+    token = _INT_ARRAYS.set(True)
+    try:
+        yield
+    finally:
+        _INT_ARRAYS.reset(token)
+
+
 @dataclass
 class DecodeOptions:
     """What to read and what to yield. Positions apply to the first/last file; times are epoch seconds (UTC)."""
@@ -185,6 +201,11 @@ class DecodeOptions:
     # DECIMAL and DATE/DATETIME/TIMESTAMP columns of the columnar path as vectorized.TextColumn (their lake text, no
     # Python object per value) where every value of the column formats; the Kafka sink's decoding.
     text_values: bool = False
+    # TINYINT..BIGINT columns of the columnar path, in the rows events where they have no NULL, as numpy arrays of
+    # their stored width rather than Python ints (columnar.EventPlan's `arrays`): converted while the event's
+    # values are at hand, and held in a tenth of the memory until the lake's history reads them (lake.history).
+    # Row tuples (decode_files) always hold Python ints. Default: inside integer_arrays().
+    int_arrays: bool = field(default_factory=_INT_ARRAYS.get)
 
 
 @dataclass
@@ -1028,7 +1049,8 @@ class _FileState:
                     dec = SKIPPED
             if dec is None and wanted:
                 try:
-                    dec = RowImageDecoder(tm, text=self.opts.text_values, rows=self.d._rows)
+                    dec = RowImageDecoder(tm, text=self.opts.text_values, rows=self.d._rows,
+                                          arrays=self.opts.int_arrays)
                 except ValueError_ as exc:  # a column type or its metadata this decoder cannot decode
                     dec = _Unreadable(str(exc), ev.pos)
             elif not wanted:

@@ -311,10 +311,12 @@ def parse_rows_header(
 class RowImageDecoder:
     """Decodes row images of one table map; plans per columns-present bitmap are cached."""
 
-    def __init__(self, table: TableMap, json_structured: bool = False, text: bool = False, rows: bool = False) -> None:
+    def __init__(self, table: TableMap, json_structured: bool = False, text: bool = False, rows: bool = False,
+                 arrays: bool = False) -> None:
         self.table = table
         self.text = text  # DecodeOptions.text_values: TextColumns where the columnar path can make them
         self.rows = rows  # the consumer reads row tuples (decoder.decode_files): columnar.EventPlan's `rows`
+        self.arrays = arrays and not rows  # DecodeOptions.int_arrays: columnar.EventPlan's `arrays`
         self.ncols = len(table.columns)
         self.codecs = codecs_for(table)  # the column types' decoders (coltypes), compiled once per table map
         self.decoders = [c.decode for c in self.codecs]  # reference decoders (partial JSON path)
@@ -331,7 +333,8 @@ class RowImageDecoder:
         try:
             return self._event_plans[present]
         except KeyError:
-            plan = EventPlan(self.table, present, self.codecs, self.text, self.rows) if present & ((1 << self.ncols) - 1) else None
+            plan = EventPlan(self.table, present, self.codecs, self.text, self.rows, self.arrays) \
+                if present & ((1 << self.ncols) - 1) else None
             self._event_plans[present] = plan
             return plan
 

@@ -131,6 +131,11 @@ _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int
 
 def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.Array:
     """One column of the events (`parts`: each event's value sequence; n values in all) as an Arrow array."""
+    if any(type(p) is np.ndarray for p in parts):
+        arr = _int_arrays(parts, col)
+        if arr is not None:
+            return arr
+        parts = [p.tolist() if type(p) is np.ndarray else p for p in parts]  # with lists (NULLs): value by value
     if any(type(p) is TextColumn for p in parts):
         arr = from_texts(parts, col, where, stats)
         if arr is not None:
@@ -146,6 +151,17 @@ def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.
         except (TypeError, ValueError, OverflowError):  # not a plain value (ABSENT, out of range): to_arrow says
             pass
     return to_arrow(list(chain.from_iterable(parts)), col, where, stats)
+
+
+def _int_arrays(parts: list, col) -> pa.Array | None:
+    """An integer column the decoder gave as numpy arrays in every event (DecodeOptions.int_arrays: no NULL) as
+    the array of its Arrow type: the values as they are, each array's width and signedness fitting that type's
+    (a wider type holds them all). None: some event gave a list, or the type is not a plain integer."""
+    dtype = _NUMPY.get(arrow_type(col))
+    if dtype is None or not all(type(p) is np.ndarray and np.can_cast(p.dtype, dtype) for p in parts):
+        return None
+    values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return np_array(values.astype(dtype, copy=False))
 
 
 def _decimals(parts: list, typ: pa.DataType, col, where: str, stats: ConversionStats) -> pa.Array:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from ..binlog.api import sequence_number
+from ..binlog.decoder import integer_arrays
 from ..schema.model import TableDef
 from .control import FileState
 from .crashpoints import crash_point
@@ -48,8 +49,9 @@ def run_task(task: Task, batch: int, resolver, filters, stage: str | None = None
     `keep_bytes` too, only if they outgrow it (decode_range)."""
     path, name, seq, start, stop = task
     tables, databases = filters
-    result = decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage,
-                          keep_bytes=keep_bytes)
+    with integer_arrays():  # integer columns reach history as numpy arrays (DecodeOptions.int_arrays)
+        result = decode_range(path, name, seq, start, stop, batch, resolver, tables, databases, stage=stage,
+                              keep_bytes=keep_bytes)
     crash_point("decode-task")
     return result
 

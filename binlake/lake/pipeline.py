@@ -35,6 +35,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..binlog.decoder import integer_arrays
 from ..schema.api import build_resolver
 from .control import ControlTable
 from .crashpoints import crash_point
@@ -155,7 +156,8 @@ def prepare_batch(opts: IngestOptions, executor: Executor = local_executor, engi
     progress(f"decoding {len(tasks)} range(s)")
     stage = store.stage(batch)
     drop_stage(stage)  # pieces a killed earlier attempt at this batch left (it never saved a manifest)
-    results = executor(tasks, batch, resolver, (opts.tables, opts.databases), stage)
+    with integer_arrays():  # in-process decode tasks: integer columns reach history as numpy arrays
+        results = executor(tasks, batch, resolver, (opts.tables, opts.databases), stage)
     if hasattr(engine, "staged_span"):  # it reduces staged pieces where they are (delta-spark): nothing to take
         forget_merge_inputs(stage)
     seconds["decode"] = time.perf_counter() - t0
@@ -726,7 +728,8 @@ def prepare_catchup(opts: IngestOptions, table: str, executor: Executor = local_
     only = re.compile("^" + re.escape(table) + "$")
     stage = store.stage(batch)
     drop_stage(stage)
-    results = executor(tasks, batch, resolver, (only, None), stage)
+    with integer_arrays():  # in-process decode tasks: integer columns reach history as numpy arrays
+        results = executor(tasks, batch, resolver, (only, None), stage)
     pb = PendingBatch(batch, opts.pipeline, prepared_at=datetime.now(UTC).isoformat(), catchup=[table])
     histories, table_maps = _collect(results, pb)
     staged = stage if _staged(results) else None
