@@ -380,3 +380,112 @@ def test_kept_merge_inputs_are_taken_once_within_the_budget_and_forgotten_with_t
     staging.forget_merge_inputs(stage)
     assert staging.take_merge_input(stage, {"path": "t/3.parquet"}, ["id"]) is None
     assert staging.take_merge_input(other, {"path": "t/1.parquet"}, ["id"]) is rows  # another batch's stays
+
+
+def _lake_state(lake: Path) -> dict:
+    """Every Delta table of a lake: schema, rows (sorted), and per commit its operation, binlake metadata and txn
+    actions (the control table's wall-clock column left out)."""
+    import json
+
+    from deltalake import DeltaTable
+
+    out = {}
+    for log in sorted(lake.rglob("_delta_log")):
+        dt_ = DeltaTable(str(log.parent))
+        rows = pa.table(dt_.scan()).cast(pa.schema(dt_.schema().to_arrow()))
+        if "updated_at" in rows.column_names:
+            rows = rows.drop_columns(["updated_at"])
+        flat = [c for c in rows.column_names if not pa.types.is_nested(rows.schema.field(c).type)]
+        commits = []
+        for f in sorted(log.glob("*.json")):
+            actions = [json.loads(line) for line in f.read_text().splitlines()]
+            info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+            commits.append((info.get("operation"), info.get("binlake"), [a["txn"] for a in actions if "txn" in a],
+                            sum("add" in a for a in actions), sum("remove" in a for a in actions)))
+        out[str(log.parent.relative_to(lake))] = (rows.schema, rows.sort_by([(c, "ascending") for c in flat]),
+                                                  commits)
+    return out
+
+
+@pytest.mark.parametrize("seed", [5, 8])
+def test_a_lake_ingested_from_integer_arrays_equals_one_from_ints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 seed: int) -> None:
+    """Decode tasks hand integer columns to history as numpy arrays (DecodeOptions.int_arrays); two batches ingested
+    that way and with Python ints give the same lakes: history and current tables, tombstones, registry and control
+    tables, their rows, types, commit metadata and txn app ids."""
+    import contextlib
+
+    from binlake.lake import ingest as ingest_module
+    from binlake.lake import pipeline
+    from binlake.lake.ingest import GatesOff, IngestOptions
+    from binlake.quality.stages import run_ingest
+    from binlake.testing.binlog_writer import BinlogWriter, column
+
+    rng = random.Random(seed)
+    folder = tmp_path / "binlogs"
+    folder.mkdir()
+    spec = ["BIGINT", "TINYINT UNSIGNED", "SMALLINT", "INT", "INT UNSIGNED", "BIGINT UNSIGNED", "MEDIUMINT"]
+    bounds = {"BIGINT": (-2**63, 2**63 - 1), "TINYINT UNSIGNED": (0, 255), "SMALLINT": (-2**15, 2**15 - 1),
+              "INT": (-2**31, 2**31 - 1), "INT UNSIGNED": (0, 2**32 - 1), "BIGINT UNSIGNED": (0, 2**64 - 1),
+              "MEDIUMINT": (-2**23, 2**23 - 1)}
+
+    def value(sql: str, nullable: bool):
+        if nullable and rng.random() < 0.1:
+            return None
+        lo, hi = bounds[sql]
+        return rng.choice((lo, hi, rng.randrange(lo, hi + 1)))
+
+    files = []
+    keys = {"db.keyed": 0, "db.nokey": 0}
+    for n, name in enumerate(("mysql-bin.000001", "mysql-bin.000002")):
+        with BinlogWriter(str(folder / name), row_metadata="FULL", timestamp=1_700_000_000 + n * 1000) as w:
+            tables = []
+            for tid, table, pk in ((11, "keyed", [0]), (12, "nokey", None)):
+                cols = [column("INT UNSIGNED", "id", 0, nullable=False)]
+                cols += [column(sql, f"c{i}", i + 1, nullable=i % 2 == 1) for i, sql in enumerate(spec)]
+                cols.append(column("VARCHAR(16) CHARACTER SET utf8mb4", "s", len(cols)))
+                tables.append((w.define_table(tid, "db", table, cols, primary_key=pk), cols))
+            live: dict[str, list] = {"db.keyed": [], "db.nokey": []}
+            for t in range(rng.randrange(40, 80)):
+                tm, cols = rng.choice(tables)
+                rows = live[tm.qualified_name]
+                with w.transaction(timestamp=1_700_000_000 + n * 1000 + t) as tx:
+                    op = rng.choice(("insert", "insert", "update", "delete")) if rows else "insert"
+                    count = 1 if rng.random() < 0.6 else rng.randrange(2, 600)
+                    if op == "insert":
+                        new = []
+                        for _ in range(count):
+                            keys[tm.qualified_name] += 1
+                            new.append([keys[tm.qualified_name],
+                                        *(value(sql, i % 2 == 1) for i, sql in enumerate(spec)), f"r{t}é"])
+                        tx.insert(tm, new)
+                        rows += new
+                    else:
+                        picked = rng.sample(range(len(rows)), min(count, len(rows)))
+                        if op == "delete":
+                            tx.delete(tm, [rows[i] for i in picked])
+                            for i in sorted(picked, reverse=True):
+                                rows.pop(i)
+                        else:
+                            changed = [[rows[i][0], value(spec[0], False), *rows[i][2:]] for i in picked]
+                            tx.update(tm, [(rows[i], c) for i, c in zip(picked, changed, strict=True)])
+                            for i, c in zip(picked, changed, strict=True):
+                                rows[i] = c
+        files.append(str(folder / name))
+
+    def ingest(lake: Path, arrays: bool) -> None:
+        if not arrays:
+            monkeypatch.setattr(pipeline, "integer_arrays", contextlib.nullcontext)
+            monkeypatch.setattr(ingest_module, "integer_arrays", contextlib.nullcontext)
+        for upto in (1, 2):  # two batches: the second merges into tables with rows and tombstones
+            run_ingest(IngestOptions(lake=str(lake), files=files[:upto], quality=GatesOff()))
+        monkeypatch.undo()
+
+    ingest(tmp_path / "arrays", True)
+    ingest(tmp_path / "ints", False)
+    arrays, ints = _lake_state(tmp_path / "arrays"), _lake_state(tmp_path / "ints")
+    assert sorted(arrays) == sorted(ints) and "db/keyed" in arrays and "db/nokey__history" in arrays
+    for name, (schema, rows, commits) in arrays.items():
+        assert schema == ints[name][0], name
+        assert rows.equals(ints[name][1]), name
+        assert commits == ints[name][2], name
