@@ -58,6 +58,29 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # the job's own group: its JVM and Python workers too
 
 
+def _cli(source: Path, lake: Path, dbs: list[str], env: dict) -> tuple[int, list[str]]:
+    """`binlake ingest --spark` as users run it (gates off); its exit code and stderr lines."""
+    done = subprocess.run([sys.executable, "-m", "binlake.cli", "ingest", "--spark", "--source", f"local:{source}",
+                           "--lake", str(lake), "--databases", ",".join(dbs), "--no-progress", "--no-gates"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, start_new_session=True)
+    return done.returncode, done.stderr.strip().splitlines()
+
+
+def _merge_stage_failure(code: int, lines: list[str], lake: Path) -> re.Match:
+    """The command line's end after a failure in the merge stage: exit code 6 (unavailable), no stack trace
+    (Python's or the JVM's), and one last line naming the stage, a table of the lake and the positions."""
+    from binlake.exitcodes import ExitCode
+
+    assert code == ExitCode.UNAVAILABLE, (code, lines[-20:])
+    assert not any("Traceback" in line or line.startswith("\tat ") or " ERROR " in line for line in lines), \
+        "\n".join(lines[-60:])
+    found = re.fullmatch(r"binlake: error: Spark merge stage failed for (\S+) \(changes at file seq (\d+) pos (\d+) "
+                         r"to file seq (\d+) pos (\d+)\): (.+)", lines[-1])
+    assert found and found.group(1).startswith(str(lake)), lines[-5:]
+    assert (int(found.group(2)), int(found.group(3))) <= (int(found.group(4)), int(found.group(5))), lines[-1]
+    return found
+
+
 def _kill_when_staged(proc: subprocess.Popen, lake: Path, timeout: float = 600) -> bool:
     """Kill the job as soon as a decode task's first staged piece is in the lake; False if it finished first."""
     staging = lake / "_binlake" / "staging"
@@ -254,11 +277,7 @@ def test_executor_failures_and_missing_jars_are_one_line_nothing_committed_and_a
     env.pop("BINLAKE_DEBUG", None)
 
     def cli(extra_env: dict) -> tuple[int, list[str]]:
-        done = subprocess.run([sys.executable, "-m", "binlake.cli", "ingest", "--spark", "--source",
-                               f"local:{source}", "--lake", str(lake), "--databases", ",".join(dbs), "--no-progress",
-                               "--no-gates"], env={**env, **extra_env}, cwd=ROOT, capture_output=True, text=True,
-                              timeout=600, start_new_session=True)
-        return done.returncode, done.stderr.strip().splitlines()
+        return _cli(source, lake, dbs, {**env, **extra_env})
 
     empty = tmp_path / "no-jars"
     empty.mkdir()
@@ -284,17 +303,10 @@ def test_executor_failures_and_missing_jars_are_one_line_nothing_committed_and_a
     # in one) for more than its heap, between a staged merge's tombstone and MERGE commits; Spark ends that JVM
     # with its out-of-memory exit code. The line names the stage, the table and the batch's positions.
     assert _commits(clean, "tombstones", "_tombstones"), "the workload has no tombstone merge to fail in"
-    code, lines = cli({CRASH_ENV: "merge-tombstones:1:jvm-memory"})
-    assert code == ExitCode.UNAVAILABLE, (code, lines[-20:])
-    assert not any("Traceback" in line or line.startswith("\tat ") or " ERROR " in line for line in lines), \
-        "\n".join(lines[-60:])
-    found = re.fullmatch(r"binlake: error: Spark merge stage failed for (\S+) \(changes at file seq (\d+) pos (\d+) "
-                         r"to file seq (\d+) pos (\d+)\): (.+)", lines[-1])
-    assert found and found.group(1).startswith(str(lake)), lines[-5:]
+    found = _merge_stage_failure(*cli({CRASH_ENV: "merge-tombstones:1:jvm-memory"}), lake)
     # the job's own failure when it reached the driver first, else the JVM's end and its exit code
     assert found.group(6) in ("java.lang.OutOfMemoryError: Java heap space", "the Spark JVM ran out of memory "
-                              "(java.lang.OutOfMemoryError; it exited with code 52)"), lines[-1]
-    assert (int(found.group(2)), int(found.group(3))) <= (int(found.group(4)), int(found.group(5))), lines[-1]
+                              "(java.lang.OutOfMemoryError; it exited with code 52)"), found.group(0)
     assert not (lake / "_binlake" / "control").exists()  # the batch is not published
 
     code, lines = cli({})
@@ -310,7 +322,6 @@ def test_a_merge_task_killed_between_its_commits_is_one_line_and_a_rerun_converg
     line ends with exit code 6 and one line naming the merge stage, a table and its positions, no traceback; the
     batch is not published. A plain re-run then writes the lake two uninterrupted in-process runs write, with no
     history row twice."""
-    from binlake.exitcodes import ExitCode
 
     if not delta_jars():
         skip_or_fail("the Delta jars are not fetched (bash scripts/dev.sh setup)")
@@ -326,11 +337,7 @@ def test_a_merge_task_killed_between_its_commits_is_one_line_and_a_rerun_converg
     lake, clean = tmp_path / "lake", tmp_path / "clean"
 
     def cli(extra_env: dict) -> tuple[int, list[str]]:
-        done = subprocess.run([sys.executable, "-m", "binlake.cli", "ingest", "--spark", "--source",
-                               f"local:{source}", "--lake", str(lake), "--databases", ",".join(dbs), "--no-progress",
-                               "--no-gates"], env={**env, **extra_env}, cwd=ROOT, capture_output=True, text=True,
-                              timeout=600, start_new_session=True)
-        return done.returncode, done.stderr.strip().splitlines()
+        return _cli(source, lake, dbs, {**env, **extra_env})
 
     for n, statements in enumerate(batches):
         run(server, dbs[0], *statements)
@@ -345,12 +352,7 @@ def test_a_merge_task_killed_between_its_commits_is_one_line_and_a_rerun_converg
     assert lake_current(clean, dbs) == server_tables(server, dbs)
 
     code, lines = cli({CRASH_ENV: "tombstones-committed:1"})
-    assert code == ExitCode.UNAVAILABLE, (code, lines[-20:])
-    assert not any("Traceback" in line or line.startswith("\tat ") or " ERROR " in line for line in lines), \
-        "\n".join(lines[-60:])
-    found = re.fullmatch(r"binlake: error: Spark merge stage failed for (\S+) \(changes at file seq (\d+) pos (\d+) "
-                         r"to file seq (\d+) pos (\d+)\): (.+)", lines[-1])
-    assert found and found.group(1).startswith(str(lake)), lines[-5:]
+    found = _merge_stage_failure(code, lines, lake)
     assert "Python worker exited unexpectedly" in found.group(6), lines[-1]
     # The killed merge's tombstones are in, its MERGE is not; the batch is not published (no control commit).
     name = str(Path(found.group(1)).relative_to(lake))
