@@ -9,11 +9,12 @@ alternated runs, with the load average), and `binlake ingest --no-gates` into a 
 
 The binlogs are cached outside the repository (--data, default ~/.cache/binlake/matrix/<sizes>), keyed by the
 shapes' SQL, so a second run only times. `--quick` uses small sizes for development. `--memory` instead measures
-ingest peak RSS on single transactions of 250,000 and 2,000,000 rows (12-column table, distinct values).
+ingest peak RSS on single transactions of 250,000, 2,000,000 and 4,000,000 rows (12-column table, distinct values;
+`--memory-rows` for others).
 
     .venv/bin/python benchmarks/matrix.py [--quick] [--shapes narrow,wide] [--dists distinct] [--sizes 1,5000]
         [--metadata FULL,MINIMAL] [--repeat 2] [--no-ingest] [--baseline CHECKOUT] [--markdown OUT] [--json OUT]
-    .venv/bin/python benchmarks/matrix.py --memory [--json OUT]
+    .venv/bin/python benchmarks/matrix.py --memory [--memory-rows 250000,2000000,4000000] [--cpu 1] [--json OUT]
 
 `--baseline` times another checkout's binlake (`git worktree add /tmp/base main`) in the same rounds: before and
 after side by side.
@@ -330,12 +331,16 @@ MEMORY_SELECT = ("SELECT seq, seq % 99991, ELT(1 + seq % 4, 'new','paid','shippe
                  " FROM seq_1_to_{n}")
 
 
-def memory(data: Path, mariadb_binlog: str) -> list[dict]:
-    """Ingest peak RSS for one INSERT ... SELECT transaction of 250,000 and of 2,000,000 rows."""
+MEMORY_ROWS = "250000,2000000,4000000"
+
+
+def memory(data: Path, mariadb_binlog: str, rows: list[int], build_only: bool = False) -> list[dict]:
+    """Ingest peak RSS for one INSERT ... SELECT transaction of each of `rows` rows (default 250,000, 2,000,000 and
+    4,000,000)."""
     from binlake.testing.mariadb import PrivateMariaDB
 
     out = []
-    for n in (250_000, 2_000_000):
+    for n in rows:
         d = data / "memory" / f"txn-{n}-{hashlib.sha1((MEMORY_TABLE + MEMORY_SELECT).encode()).hexdigest()[:10]}"
         if not (d / "done.json").exists():
             server = PrivateMariaDB.start("MINIMAL", extra_args=("--max-binlog-size=1G", "--max-allowed-packet=256M",
@@ -356,6 +361,8 @@ def memory(data: Path, mariadb_binlog: str) -> list[dict]:
                     (d / "done.json").write_text(json.dumps({"files": [f.name for f in files], "rows": n}))
             finally:
                 server.stop(remove=True)
+        if build_only:
+            continue
         cell = measure_cell(d, 1, True, mariadb_binlog)
         cell.update(metadata="MINIMAL", shape="12 columns (memory)", dist="distinct", txn=n)
         print(json.dumps(cell), file=sys.stderr)
@@ -374,7 +381,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2, help="alternated decode runs per tool; medians are kept")
     parser.add_argument("--no-ingest", action="store_true")
     parser.add_argument("--build-only", action="store_true", help="only write the missing cells' binlogs")
-    parser.add_argument("--memory", action="store_true", help="only the 250,000/2,000,000-row ingest memory cells")
+    parser.add_argument("--memory", action="store_true", help="only the ingest memory cells (--memory-rows)")
+    parser.add_argument("--memory-rows", default=MEMORY_ROWS, help="rows of each --memory cell's one transaction")
     parser.add_argument("--cpu", default="0", help="the core to pin the timed commands to (taskset -c)")
     parser.add_argument("--baseline", help="another checkout of binlake (e.g. `git worktree add /tmp/base main`) "
                         "timed in the same rounds: before and after side by side")
@@ -397,7 +405,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "binlake")], check=True)
     load = os.getloadavg()
     if args.memory:
-        results = memory(base / "memory", mariadb_binlog)
+        results = memory(base / "memory", mariadb_binlog, [int(s) for s in args.memory_rows.split(",") if s],
+                         args.build_only)
     else:
         shapes = [s for s in args.shapes.split(",") if s]
         dists = [s for s in args.dists.split(",") if s]

@@ -28,10 +28,13 @@ from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
 from .history import META_NAMES, np_array
+from .netbuckets import BucketedNet, BucketWriter, bucket_count, bucketer, range_bounds, sample_of, single_int_key
 from .staging import (
     StagedSegment,
     in_bounds_all,
+    net_bucket_folder,
     read_net,
+    read_piece,
     read_piece_keys,
     staged_segments,
     take_merge_input,
@@ -169,18 +172,31 @@ def merge_input(seg: pa.Table, tm: TableMap) -> pa.Table:
     return result.select([*values, SEQ, DELETED]).cast(out_schema)
 
 
-def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str | None, TableMap, pa.Table]]:
+def staged_merge_input(stage: str, info: dict, versions: dict, entry: str | None = None
+                       ) -> list[tuple[str | None, TableMap, pa.Table | BucketedNet]]:
     """A staged batch entry's merge segments (version, TableMap, merge input), its rows read one piece at a time:
     each piece is reduced to one row per key (merge_input), then the pieces' rows to the newest per key (a key's
     changes in different pieces come from different events, so their `_seq` differ). Memory holds one piece and
     the net changes, never the whole history. Of `_before` only the key columns are read (merge_input looks at
-    nothing else of it)."""
+    nothing else of it). A segment of more than netbuckets.NET_BUCKET_ROWS rows is not reduced whole: its
+    pieces' merge inputs are split into key buckets in the staging folder (a BucketedNet, named by `entry`, the
+    batch's table entry), reduced and merged a bucket at a time, so memory does not grow with its keys either."""
     out = []
-    for version, tm, seg in staged_segments(stage, info, versions, merge_schema):
+    for index, (version, tm, seg) in enumerate(staged_segments(stage, info, versions, merge_schema)):
         keys = key_names(tm)
         columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op"]  # what merge_input reads
-        newest = NewestPerKey(keys)
-        for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
+        pieces = sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"]))
+        count = bucket_count(seg.num_rows)
+        if count > 1:  # many changes: reduced and merged a bucket of keys at a time (binlake.lake.netbuckets)
+            bounds = None
+            if single_int_key(seg.schema, keys):
+                bounds = range_bounds([sample_of(read_piece(stage, p, columns=keys).column(keys[0]).to_numpy(),
+                                                 seg.num_rows) for p in pieces], count)
+            fs, folder = net_bucket_folder(stage, entry or tm.qualified_name, index)
+            newest = BucketWriter(fs, folder, count, bucketer(keys, count, bounds), seg.schema)
+        else:
+            newest = NewestPerKey(keys)
+        for piece in pieces:
             whole = in_bounds_all(piece, seg.lo, seg.hi)
             kept = take_merge_input(stage, piece, keys) if whole else None
             if kept is None and whole and piece.get("net"):  # written beside the piece by a task away from here
@@ -193,7 +209,10 @@ def staged_merge_input(stage: str, info: dict, versions: dict) -> list[tuple[str
                 newest.add(merge_input(rows, tm))
             del rows
             pa.default_memory_pool().release_unused()  # each piece's intermediates back to the system
-        out.append((version, tm, newest.result() if newest.parts else merge_schema(tm).empty_table()))
+        if isinstance(newest, BucketWriter):
+            out.append((version, tm, newest.close(keys)))
+        else:
+            out.append((version, tm, newest.result() if newest.parts else merge_schema(tm).empty_table()))
         pa.default_memory_pool().release_unused()
     return out
 
@@ -326,6 +345,8 @@ def backfill_input(data: pa.Table, tm: TableMap, table_def: TableDef | None, tab
     """
     if data.num_rows == 0 or newest is None:
         return None
+    if isinstance(data, BucketedNet):  # a backfill of many changes (rare): evolved in memory
+        data = data.whole()
     if isinstance(data, StagedSegment):  # rows still staged: the engine that will reduce them tells their span
         first, last = span(data)
     else:

@@ -57,6 +57,7 @@ from .ingest import (
 )
 from .layout import LakeLayout
 from .lifecycle import LifecycleRun, lifecycle_held, split_entries
+from .netbuckets import BucketedNet
 from .pending import BatchQuarantined, BatchStore, PendingBatch
 from .schema_end import apply_end_versions, end_key, end_versions, file_is_mariadb
 from .split import plan_ranges
@@ -469,7 +470,7 @@ def merge_batch(opts: IngestOptions, batch: int, engine: DeltaEngine | None = No
                 plans[name] = staged_segments(store.stage(pb.batch), info, versions, merge_schema)
                 continue
             if "staged" in info:  # read and reduced piece by piece: memory holds the net changes only
-                plans[name] = staged_merge_input(store.stage(pb.batch), info, versions)
+                plans[name] = staged_merge_input(store.stage(pb.batch), info, versions, name)
                 continue
             history = store.read_history(pb, name)
             plans[name] = [(seg.version, versions[seg.version], merge_input(seg.rows, versions[seg.version]))
@@ -592,8 +593,8 @@ def net_changes(plan: list[tuple]) -> tuple[list[str], pa.Table] | None:
     for i, (_version, tm, data) in enumerate(plan):
         if key_names(tm) != keys:
             return None
-        parts.append(data.select([*keys, SEQ, DELETED]).append_column("_segment", pa.array([i] * data.num_rows,
-                                                                                          pa.int32())))
+        narrow = data.select([*keys, SEQ, DELETED])  # a BucketedNet's rows are known once reduced
+        parts.append(narrow.append_column("_segment", pa.array([i] * narrow.num_rows, pa.int32())))
     allrows = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
     allrows = allrows.append_column("_i", pa.array(range(allrows.num_rows), pa.int64()))
     last = allrows.group_by(keys, use_threads=False).aggregate([("_i", "max")])
@@ -604,7 +605,7 @@ def _above_floor(plan: list[tuple], floor: int | None) -> list[tuple]:
     """The plan without changes older than the table's last TRUNCATE (or its creation): they never reach it."""
     if floor is None:
         return plan
-    return [(v, tm, data.above(floor) if isinstance(data, StagedSegment) else
+    return [(v, tm, data.above(floor) if isinstance(data, (StagedSegment, BucketedNet)) else
              data.filter(pc.greater_equal(data.column(SEQ), floor))) for v, tm, data in plan]
 
 

@@ -392,6 +392,12 @@ def forget_merge_inputs(stage: str) -> None:
         del _merge_inputs[location]
 
 
+def net_bucket_folder(stage: str, table_name: str, segment: int) -> tuple[pafs.FileSystem, str]:
+    """The folder of a staged segment's net-change buckets (binlake.lake.netbuckets) and its filesystem."""
+    fs, root = _fs(stage)
+    return fs, f"{root.rstrip('/')}/_net/{quote(table_name, safe='')}/{segment}"
+
+
 def drop_stage(stage: str) -> None:
     forget_merge_inputs(stage)
     fs, root = _fs(stage)

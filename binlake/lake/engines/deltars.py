@@ -302,6 +302,10 @@ class DeltaRsEngine:
         bounded: every part but the last carries its own app id (role `part<i>`), the last one (app_id, batch),
         so the batch counts as merged only once every part is; a rerun skips the parts committed."""
         check_batch(app_id, batch)
+        if hasattr(data, "buckets"):  # binlake.lake.netbuckets.BucketedNet: read, reduced and merged bucket by bucket
+            if self._pristine(path):
+                return self._retry(lambda: self._merge_buckets_into_empty(path, data, keys, app_id, batch))
+            return self._merge_buckets(path, data, keys, app_id, batch)
         if self._pristine(path):
             return self._retry(lambda: self._merge_into_empty(path, data, keys, app_id, batch))
         rows = max(1, data.num_rows * MERGE_CHUNK_BYTES // max(1, data.nbytes))
@@ -317,6 +321,89 @@ class DeltaRsEngine:
             pa.default_memory_pool().release_unused()  # a part's working memory back before the next one
         last = data.slice(starts[-1])
         return self._retry(lambda: merge_with_tombstones(self, path, last, keys, app_id, batch))
+
+    def _merge_buckets(self, path: str, data, keys: list[str], app_id: str, batch: int) -> bool:
+        """The general merge of a BucketedNet: each bucket (disjoint keys) in parts of about MERGE_CHUNK_BYTES, the
+        parts numbered across the buckets (role `part<i>`), the last one carrying (app_id, batch), as `merge` does
+        with the slices of one table. The buckets are the same on a re-run (made from the same staged pieces), so
+        the parts are too: the committed ones are skipped."""
+        if self.exists(path) and is_committed(self.txn_version(path, app_id), batch):
+            return False
+
+        def parts() -> Iterator[pa.Table]:
+            for bucket in data.buckets():
+                rows = max(1, bucket.num_rows * MERGE_CHUNK_BYTES // max(1, bucket.nbytes))
+                for at in range(0, bucket.num_rows, rows):
+                    yield bucket.slice(at, rows)
+
+        held, i = None, 0
+        for part in parts():
+            if held is not None:  # not the last part: its own app id
+                self._retry(lambda held=held, i=i: merge_with_tombstones(self, path, held, keys,
+                                                                         role_app_id(app_id, f"part{i}"), batch))
+                i += 1
+                pa.default_memory_pool().release_unused()
+            held = part
+        last = held if held is not None else data.schema.empty_table()
+        return self._retry(lambda: merge_with_tombstones(self, path, last, keys, app_id, batch))
+
+    def _merge_buckets_into_empty(self, path: str, data, keys: list[str], app_id: str, batch: int) -> bool:
+        """`_merge_into_empty` for a BucketedNet: the same commits (tombstones, then the rows, each one overwrite),
+        their rows streamed a bucket at a time rather than held whole."""
+        columns = [f.name for f in data.schema if f.name != DELETED]
+        schema = pa.schema([data.schema.field(c) for c in columns])
+        dt = None
+        if self.exists(path):
+            check_merge_columns(self, path, columns)
+        else:
+            dt = self._create(path, schema)
+        dt = dt or self._dt(path)
+        if is_committed(dt.transaction_version(app_id), batch):
+            return False
+        target = self._arrow_schema(dt)
+        tpath = tombstone_path(path)
+        if dt.file_uris() or (self.exists(tpath) and self._dt(tpath).file_uris()) or set(schema) != set(target):
+            return self._merge_buckets(path, data, keys, app_id, batch)  # filled meanwhile, or other types
+        key_schema = pa.schema([pa.field(k, data.schema.field(k).type) for k in keys] + [pa.field(SEQ, pa.int64())])
+        narrow = [*keys, SEQ, DELETED]
+        # Deletes the reduction keeps (a key deleted and inserted again in the batch keeps its insert): counted
+        # first, so that a batch without any leaves the tombstone table as the in-memory merge does.
+        deletes = sum(pc.sum(b.column(DELETED).cast(pa.int64())).as_py() or 0
+                      for b in data.buckets(narrow)) if data.deletes else 0
+        if deletes:
+            tdt = self._create(tpath, key_schema) or self._dt(tpath)
+            tombs = pa.RecordBatchReader.from_batches(key_schema, (
+                rb for b in data.buckets(narrow)
+                for rb in validate_merge_input(b, keys).filter(b.column(DELETED)).select(key_schema.names)
+                .cast(key_schema).to_batches(max_chunksize=1 << 16)))
+            write_deltalake(tdt, tombs, mode="overwrite", predicate="true",
+                            commit_properties=self._props(commit_meta("tombstones", [(app_id, batch)])),
+                            writer_properties=WriterProperties(dictionary_page_size_limit=DICTIONARY_PAGE_BYTES))
+            ours = tdt.version()
+        else:
+            ours = self.version(tpath)
+        meta = commit_meta("merge", [(app_id, batch)], tombstonesVersion=ours)
+        before = dt.version()
+
+        def upserts() -> Iterator[pa.RecordBatch]:
+            for b in data.buckets():
+                b = validate_merge_input(b, keys)
+                if deletes:
+                    b = b.filter(pc.invert(b.column(DELETED)))
+                yield from b.select(target.names).to_batches(max_chunksize=1 << 16)
+
+        write_deltalake(dt, pa.RecordBatchReader.from_batches(target, upserts()), mode="overwrite",
+                        predicate="true", commit_properties=self._props(meta),
+                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS,
+                                                           dictionary_page_size_limit=DICTIONARY_PAGE_BYTES))
+        self._ensure_commit(dt, before, meta)
+        if self.exists(tpath) and self.version(tpath) != ours:  # tombstones another writer recorded since
+            kept = [b.filter(pc.invert(b.column(DELETED))).select(key_schema.names).cast(key_schema)
+                    for b in data.buckets(narrow)]
+            upserted = pa.concat_tables(kept) if kept else key_schema.empty_table()
+            if upserted.num_rows:
+                settle(self, path, tpath, upserted, keys, key_schema, app_id, batch)
+        return True
 
     def _pristine(self, path: str) -> bool:
         """Whether a current table has no rows and no tombstones (none yet, or empty and never told of a delete):
