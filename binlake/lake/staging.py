@@ -219,8 +219,14 @@ def write_aside(stage: str, table_name: str, file_seq: int, start: int, n: int, 
 
 
 def read_aside(stage: str, piece: dict) -> pa.Table:
+    """A piece write_aside put aside; on a local stage memory-mapped (its rows not copied: the file may be deleted
+    while they are in use, its pages stay readable until the table is released)."""
     fs, root = _fs(stage)
-    with fs.open_input_file(f"{root.rstrip('/')}/{piece['path']}") as f:
+    path = f"{root.rstrip('/')}/{piece['path']}"
+    if isinstance(fs, pafs.LocalFileSystem):
+        with pa.memory_map(path) as source:
+            return pa.ipc.open_file(source).read_all()
+    with fs.open_input_file(path) as f:
         return pa.ipc.open_file(f).read_all()
 
 
