@@ -27,17 +27,28 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from ..exitcodes import ExitCode
-from ..lake.current import current_schema, merge_input, merge_schema, segments
-from ..lake.engines import SEQ
+from ..lake.current import SEQ_FILE_SHIFT, current_schema, merge_input, merge_schema, segments
+from ..lake.engines import DELETED, SEQ
+from ..lake.engines.mergeplan import NewestPerKey
 from ..lake.ingest import TableRegistry
-from ..lake.staging import staged_segments
+from ..lake.netbuckets import BucketWriter, bucket_count, bucketer
+from ..lake.staging import (
+    entry_pieces,
+    net_bucket_folder,
+    piece_schema,
+    read_piece,
+    read_piece_keys,
+    staged_segments,
+    unified_schema,
+)
 from ..settings import QualityConfig
 from .config import UserExpectation, expectation_class, load_expectations
 from .runner import Check, ExpectationResult, ensure_context, validate
@@ -48,6 +59,7 @@ ORDER_COLUMNS = ["_file_seq", "_pos", "_sub", "_row"]
 UNHANDLED_EVENTS = ["LOAD", "NEW_LOAD", "CREATE_FILE", "APPEND_BLOCK", "EXEC_LOAD", "DELETE_FILE",
                     "BEGIN_LOAD_QUERY", "EXECUTE_LOAD_QUERY", "INCIDENT"]
 DECODE_ERRORS = ("undecodable_text",)
+PIECEWISE = True  # a staged table's before-merge checks read a piece at a time (False: its history whole)
 
 
 @dataclass
@@ -124,6 +136,10 @@ def before_merge_gate(pb, store, opts, engine=None) -> GateReport:
             report.results += _staged_checks(engine, store.stage(pb.batch), name, info, versions, last_tm, ranges,
                                              user.get(name, []), tally, pb, config)
             continue
+        if "staged" in info and PIECEWISE and entry_pieces(info):  # read a piece at a time, never whole
+            report.results += _staged_piece_checks(store.stage(pb.batch), name, info, versions, last_tm, ranges,
+                                                   user.get(name, []), tally, pb, config)
+            continue
         history = store.read_history(pb, name)
         keys = _keys(last_tm) if info["has_pk"] else []
         report.results += _history_checks(name, history, versions, keys, ranges, user.get(name, []), config)
@@ -161,16 +177,19 @@ def _event_checks(pb, config: QualityConfig) -> list[ExpectationResult]:
     ], BEFORE, BATCH_TABLE, config.sample_size)
 
 
-def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str], ranges: dict,
-                    user: list[UserExpectation], config: QualityConfig) -> list[ExpectationResult]:
-    e = _gx()
+def _history_columns(column_names, versions: dict, keys: list[str], user: list[UserExpectation]) -> list[str]:
+    """The history columns the row checks read: keys (every version's), the order columns, `_schema_version`,
+    `_op` and the columns user expectations name."""
     user_columns = {u.kwargs[k] for u in user for k in ("column", "column_A", "column_B") if k in u.kwargs}
     user_columns |= {c for u in user for c in u.kwargs.get("column_list", [])}
     all_keys = [k for tm in versions.values() for k in _keys(tm)] if keys else []
     wanted = [*keys, *all_keys, *ORDER_COLUMNS, "_schema_version", "_op", *sorted(user_columns - set(keys))]
-    cols = [c for c in dict.fromkeys(wanted) if c in history.column_names]
-    data = history.select(cols)
-    # Rows whose columns the server named (FULL metadata, no timeline) have no schema version and need none.
+    return [c for c in dict.fromkeys(wanted) if c in column_names]
+
+
+def _row_frame(data: pa.Table, versions: dict):
+    """History columns as the pandas frame the row checks validate: `_schema_version` as `_named_by` (rows whose
+    columns the server named, FULL metadata without a timeline, have no schema version and need none)."""
     server_named = [v for v, tm in versions.items() if v is None and tm.names_from_server]
     named_by = data.column("_schema_version")
     if server_named:
@@ -178,11 +197,28 @@ def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str
     # Low-cardinality strings as categoricals: cheaper to hand to pandas and for GE to hash and scan.
     data = data.drop_columns(["_schema_version"]).append_column("_named_by", pc.dictionary_encode(named_by))
     data = data.set_column(data.column_names.index("_op"), "_op", pc.dictionary_encode(data.column("_op")))
-    frame = data.to_pandas()
+    return data.to_pandas()
+
+
+def _order_check() -> Check:
+    return Check("seq_increasing", "change positions strictly increase within each file",
+                 _gx().ExpectCompoundColumnsToBeUnique(column_list=ORDER_COLUMNS))
+
+
+def _user_checks(user: list[UserExpectation]) -> list[Check]:
+    return [Check(f"user:{u.name}", "user expectation (schemas/expectations)", expectation_class(u.name)(**u.kwargs))
+            for u in user]
+
+
+def _row_checks(frame, versions: dict, keys: list[str], user: list[UserExpectation], name: str,
+                config: QualityConfig, order: bool = True) -> tuple[list, list]:
+    """The checks of each history row on `frame` (_row_frame): the key and order checks with schema_version (in
+    the report's order), and the user expectations' results. Without `order`, the order columns' uniqueness is
+    left out (the staged path checks it over pieces whose positions overlap)."""
+    e = _gx()
     key_checks = [Check("pk_not_null", f"primary key column {k} is not null",
                         e.ExpectColumnValuesToNotBeNull(column=k)) for k in keys]
-    checks = [Check("seq_increasing", "change positions strictly increase within each file",
-                    e.ExpectCompoundColumnsToBeUnique(column_list=ORDER_COLUMNS)),
+    checks = [*([_order_check()] if order else []),
               Check("schema_version", "every row was named by a schema version",
                     e.ExpectColumnValuesToNotBeNull(column="_named_by"))]
     # Rows of a schema version whose key had other columns (a key column renamed in the batch) are checked by
@@ -201,16 +237,21 @@ def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str
         results += validate(frame, checks, BEFORE, name, config.sample_size)
     else:
         results = validate(frame, key_checks + checks, BEFORE, name, config.sample_size)
+    users = validate(frame[frame["_op"] != "delete"], _user_checks(user), BEFORE, name, config.sample_size) \
+        if user else []
+    return results, users
+
+
+def _history_checks(name: str, history: pa.Table, versions: dict, keys: list[str], ranges: dict,
+                    user: list[UserExpectation], config: QualityConfig) -> list[ExpectationResult]:
+    data = history.select(_history_columns(history.column_names, versions, keys, user))
+    frame = _row_frame(data, versions)
+    results, users = _row_checks(frame, versions, keys, user, name, config)
     # Per file: the positions lie inside the range this batch decoded (no event from an earlier batch again).
     spans = data.group_by("_file_seq").aggregate([("_pos", "min"), ("_pos", "max")]).to_pylist()
     results += _validate_spans([(r["_file_seq"], r["_pos_min"], r["_pos_max"]) for r in spans], ranges, name,
                                config)
-    if user:
-        rows = frame[frame["_op"] != "delete"]
-        user_checks = [Check(f"user:{u.name}", "user expectation (schemas/expectations)",
-                             expectation_class(u.name)(**u.kwargs)) for u in user]
-        results += validate(rows, user_checks, BEFORE, name, config.sample_size)
-    return results
+    return results + users
 
 
 def _validate_spans(spans: list, ranges: dict, name: str, config: QualityConfig) -> list[ExpectationResult]:
@@ -233,9 +274,14 @@ def _validate_spans(spans: list, ranges: dict, name: str, config: QualityConfig)
 
 
 def _tally_checks(name: str, history: pa.Table, tally: dict, config: QualityConfig) -> list[ExpectationResult]:
+    written = {r["_op"]: r["_op_count"] for r in history.group_by("_op").aggregate([("_op", "count")]).to_pylist()}
+    return _tally_figures(name, written, tally, config)
+
+
+def _tally_figures(name: str, written: dict, tally: dict, config: QualityConfig) -> list[ExpectationResult]:
+    """history_tally from the history rows written per op."""
     import pandas as pd
 
-    written = {r["_op"]: r["_op_count"] for r in history.group_by("_op").aggregate([("_op", "count")]).to_pylist()}
     ops = sorted(set(written) | {op for t, op in tally if t == name})
     frame = pd.DataFrame({"op": ops, "written": [written.get(op, 0) for op in ops],
                           "tally": [tally.get((name, op), 0) for op in ops]})
@@ -295,6 +341,196 @@ def _staged_checks(engine, stage: str, name: str, info: dict, versions: dict, la
                         BEFORE, name, config.sample_size)
     results += _problem_checks(name, info, pb, config)
     return results
+
+
+# -- before merge, a staged table piece by piece ------------------------------------------------------------
+# A table whose history is staged (binlake.lake.staging: one transaction of millions of rows) is checked without
+# its history in memory: the same expectations, run on each piece's columns they need and combined as one run on
+# the whole history would report them (success of every part, unexpected counts summed, samples in row order up
+# to what Great Expectations keeps). Checks that compare rows with each other run where rows can meet: the order
+# columns' uniqueness over pieces whose positions overlap, the one-row-per-key check on each bucket of keys.
+
+GX_PARTIAL = 20  # Great Expectations' partial_unexpected_list holds at most this many values (result format BASIC)
+_ACROSS_ROWS = ("unique", "increasing", "decreasing")  # map expectations whose rows are not judged one by one
+
+
+def _combine(parts: list[list[ExpectationResult]], sample_size: int) -> list[ExpectationResult]:
+    """Results of the same checks on parts of the rows (in row order) as one run on all of them reports them."""
+    cap = min(sample_size, GX_PARTIAL)
+    out = []
+    for rs in zip(*parts, strict=True):
+        counts = [r.unexpected_count for r in rs if r.unexpected_count is not None]
+        sample = [v for r in rs for v in r.sample][:cap]
+        out.append(replace(rs[0], success=all(r.success for r in rs), unexpected_count=sum(counts) if counts else None,
+                           sample=sample, error=next((r.error for r in rs if r.error), None)))
+    return out
+
+
+def _row_local(u: UserExpectation) -> bool:
+    """Whether a user expectation judges each row alone with no share of the rows allowed to fail (a column map
+    expectation without `mostly` below 1): then its results over pieces combine into the whole's."""
+    from great_expectations.expectations.expectation import (
+        ColumnMapExpectation,
+        ColumnPairMapExpectation,
+        MulticolumnMapExpectation,
+    )
+
+    cls = expectation_class(u.name)
+    if not issubclass(cls, (ColumnMapExpectation, ColumnPairMapExpectation, MulticolumnMapExpectation)):
+        return False
+    if any(w in u.name.lower() for w in _ACROSS_ROWS) and "within_record" not in u.name.lower():
+        return False
+    return u.kwargs.get("mostly", 1) in (1, 1.0, None)
+
+
+def _piece_tables(stage: str, info: dict, columns: list[str], schema: pa.Schema):
+    """Each piece's rows inside the entry's bounds, `columns` of them under the pieces' unified `schema` (a column
+    a piece's schema version lacks is null there, as in the history read whole)."""
+    lo, hi = info.get("seq_from"), info.get("seq_to")
+    for p in entry_pieces(info):
+        have = set(piece_schema(stage, p).names)
+        rows = read_piece(stage, p, lo, hi, [c for c in columns if c in have])
+        yield pa.table({c: (rows.column(c).cast(schema.field(c).type) if c in have
+                            else pa.nulls(rows.num_rows, schema.field(c).type)) for c in columns},
+                       schema=pa.schema([schema.field(c) for c in columns]))
+        del rows
+        pa.default_memory_pool().release_unused()
+
+
+def _overlapping(pieces: list[tuple[dict, int, int]]) -> list[list[dict]]:
+    """Pieces (each with the first and last change position, `_seq`, its rows hold) in groups whose positions
+    overlap; no two groups share a position, so equal order columns can only be found within a group. Groups,
+    and the pieces in each, in the pieces' order."""
+    groups: list[list[tuple[int, dict]]] = []
+    top = None
+    for i, (p, lo, hi) in sorted(enumerate(pieces), key=lambda x: (x[1][1], x[0])):
+        if groups and top is not None and lo <= top:
+            groups[-1].append((i, p))
+            top = max(top, hi)
+        else:
+            groups.append([(i, p)])
+            top = hi
+    groups.sort(key=lambda g: min(i for i, _ in g))
+    return [[p for _, p in sorted(g, key=lambda ip: ip[0])] for g in groups]
+
+
+def _null_safe(assign, keys: list[str]):
+    """A key-hash bucketer that takes null keys too (a null key column hashes as its type's zero)."""
+    def assign_rows(rows: pa.Table):
+        for k in keys:
+            col = rows.column(k)
+            if col.null_count:
+                zero = "" if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) else \
+                    b"" if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type) else 0
+                rows = rows.set_column(rows.column_names.index(k), k, pc.fill_null(col, pa.scalar(zero, col.type)))
+        return assign(rows)
+    return assign_rows
+
+
+def _staged_net_keys(stage: str, name: str, info: dict, versions: dict):
+    """(key columns, frame) of each segment's net-change reduction, one bucket of keys at a time
+    (binlake.lake.netbuckets; the merge's reduction, its key columns only): a `_segment` column and the keys."""
+    runs = {**info, "runs": [r for r in info.get("runs", []) if r[0] in versions]}
+    for index, (_v, tm, seg) in enumerate(staged_segments(stage, runs, versions, merge_schema)):
+        keys = _keys(tm)
+        columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op"]
+        narrow = pa.schema([*(seg.schema.field(k) for k in keys), seg.schema.field(SEQ), seg.schema.field(DELETED)])
+        count = bucket_count(seg.num_rows)
+        fs, folder = net_bucket_folder(stage, f"_gate/{name}", index)
+        newest = BucketWriter(fs, folder, count, _null_safe(bucketer(keys, count, None), keys), narrow) if count > 1 \
+            else NewestPerKey(keys)
+        for piece in sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"])):
+            rows = read_piece_keys(stage, piece, seg.lo, seg.hi, columns, keys)
+            if rows.num_rows:
+                newest.add(merge_input(rows, tm).select(narrow.names))
+            del rows
+            pa.default_memory_pool().release_unused()
+        if isinstance(newest, BucketWriter):
+            buckets = newest.close(keys).buckets()
+        else:
+            buckets = iter([newest.result()] if newest.parts else [])
+        for rows in buckets:
+            if rows.num_rows:
+                data = rows.select(keys)
+                yield tuple(keys), data.append_column("_segment", pa.array([index] * data.num_rows, pa.int32()))
+        if isinstance(newest, BucketWriter) and fs.get_file_info(folder).type == pafs.FileType.Directory:
+            fs.delete_dir(folder)
+
+
+def _staged_piece_checks(stage: str, name: str, info: dict, versions: dict, last_tm, ranges: dict,
+                         user: list[UserExpectation], tally: dict, pb, config: QualityConfig) -> list[ExpectationResult]:
+    """The before-merge checks of a staged table (as _history_checks, the one-row-per-key reduction,
+    _tally_checks and _problem_checks report them on its history read whole), reading a piece at a time."""
+    keys = _keys(last_tm) if info["has_pk"] else []
+    schema = unified_schema(stage, entry_pieces(info))
+    local = [u for u in user if _row_local(u)]
+    whole = [u for u in user if not _row_local(u)]
+    cols = _history_columns(schema.names, versions, keys, local)
+    per_piece, per_piece_user, spans, written = [], [], {}, {}
+    pieces = entry_pieces(info)
+    seqs = []
+    for piece, data in zip(pieces, _piece_tables(stage, info, cols, schema), strict=True):
+        if data.num_rows:
+            mm = pc.min_max(pc.add(pc.shift_left(data.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
+                                   data.column("_pos").cast(pa.int64()))).as_py()
+            seqs.append((piece, mm["min"], mm["max"]))
+        frame = _row_frame(data, versions)
+        results, users = _row_checks(frame, versions, keys, local, name, config, order=False)
+        per_piece.append(results)
+        per_piece_user.append(users)
+        for r in data.group_by("_file_seq").aggregate([("_pos", "min"), ("_pos", "max")]).to_pylist():
+            lo, hi = spans.get(r["_file_seq"], (r["_pos_min"], r["_pos_max"]))
+            spans[r["_file_seq"]] = (min(lo, r["_pos_min"]), max(hi, r["_pos_max"]))
+        for r in data.group_by("_op").aggregate([("_op", "count")]).to_pylist():
+            written[r["_op"]] = written.get(r["_op"], 0) + r["_op_count"]
+        del data, frame
+    rows = _combine(per_piece, config.sample_size)
+    # The order columns' uniqueness: within each group of pieces whose positions overlap (usually one piece).
+    order = _combine([validate(pa.concat_tables(list(_piece_tables(stage, {**info, "staged": group}, ORDER_COLUMNS,
+                                                                   schema))).to_pandas(),
+                               [_order_check()], BEFORE, name, config.sample_size)
+                      for group in _overlapping(seqs)] or [[_order_check_empty(name, config)]],
+                     config.sample_size)
+    results = [*rows[:-1], *order, rows[-1]]  # ... key checks, seq_increasing, schema_version
+    results += _validate_spans([(f, lo, hi) for f, (lo, hi) in spans.items()], ranges, name, config)
+    users = dict(zip([id(u) for u in local], _combine(per_piece_user, config.sample_size) if local else [],
+                     strict=True))
+    for u in whole:  # other expectations: on only the columns they name (every column the checks read if none)
+        named = [c for c in schema.names if c in _named(u)]
+        if named:
+            data = pa.concat_tables(list(_piece_tables(stage, info, list(dict.fromkeys([*named, "_op"])), schema)))
+            frame = data.set_column(data.column_names.index("_op"), "_op",
+                                    pc.dictionary_encode(data.column("_op"))).to_pandas()
+        else:
+            data = pa.concat_tables(list(_piece_tables(stage, info, _history_columns(schema.names, versions, keys,
+                                                                                     user), schema)))
+            frame = _row_frame(data, versions)
+        users[id(u)] = validate(frame[frame["_op"] != "delete"], _user_checks([u]), BEFORE, name,
+                                config.sample_size)[0]
+        del data, frame
+    results += [users[id(u)] for u in user]
+    if keys:
+        frames: dict[tuple, list] = {}
+        for seg_keys, data in _staged_net_keys(stage, name, info, versions):
+            frames.setdefault(seg_keys, []).append(validate(data.to_pandas(), [Check(
+                "one_row_per_key", "one row per key after the net-change reduction", _unique(["_segment", *seg_keys]))],
+                BEFORE, name, config.sample_size))
+        for parts in frames.values():
+            results += _combine(parts, config.sample_size)
+    results += _tally_figures(name, written, tally, config)
+    results += _problem_checks(name, info, pb, config)
+    return results
+
+
+def _order_check_empty(name: str, config: QualityConfig) -> ExpectationResult:
+    """seq_increasing on no rows (a staged table whose pieces hold none inside its bounds)."""
+    frame = pa.table({c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}).to_pandas()
+    return validate(frame, [_order_check()], BEFORE, name, config.sample_size)[0]
+
+
+def _named(u: UserExpectation) -> set[str]:
+    named = {u.kwargs[k] for k in ("column", "column_A", "column_B") if k in u.kwargs}
+    return named | set(u.kwargs.get("column_list", []))
 
 
 def _dml_targets(query: str, database: str | None) -> set[tuple[str, str]] | None:
