@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -39,7 +40,7 @@ from ..lake.current import SEQ_FILE_SHIFT, current_schema, merge_input, merge_sc
 from ..lake.engines import DELETED, SEQ
 from ..lake.engines.mergeplan import NewestPerKey
 from ..lake.ingest import TableRegistry
-from ..lake.netbuckets import BucketWriter, bucket_count, bucketer
+from ..lake.netbuckets import BucketWriter, bucket_count, bucketer, key_hash
 from ..lake.staging import (
     entry_pieces,
     net_bucket_folder,
@@ -60,6 +61,7 @@ UNHANDLED_EVENTS = ["LOAD", "NEW_LOAD", "CREATE_FILE", "APPEND_BLOCK", "EXEC_LOA
                     "BEGIN_LOAD_QUERY", "EXECUTE_LOAD_QUERY", "INCIDENT"]
 DECODE_ERRORS = ("undecodable_text",)
 PIECEWISE = True  # a staged table's before-merge checks read a piece at a time (False: its history whole)
+PK_BUCKET_ROWS = 1 << 20  # current table rows above which pk_unique runs a bucket of keys at a time
 
 
 @dataclass
@@ -635,14 +637,11 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
                 schema = _table_schema(engine, path)
                 keys = [k for k in keys if k in schema.names]
                 if keys:
-                    frame, _rows, _newest = _current(engine, path, keys)
-                    report.results += validate(frame, [Check("pk_unique", "primary key unique in the current table",
-                                                             _unique(keys))], AFTER, name, config.sample_size)
+                    report.results += _pk_unique(engine, path, keys, keys, name, config)[0]
             continue
         schema = _table_schema(engine, path)
-        frame, rows, newest = _current(engine, path, [c for c in [*keys, "_commit_ts"] if c in schema.names])
-        results = validate(frame, [Check("pk_unique", "primary key unique in the current table", _unique(keys))],
-                           AFTER, name, config.sample_size)
+        results, rows, newest = _pk_unique(engine, path, keys, [c for c in [*keys, "_commit_ts"] if c in schema.names],
+                                           name, config)
         results += validate(pd.DataFrame({c: [] for c in schema.names}), [Check(
             "columns_match", f"columns equal the schema version the table mirrors ({what})",
             e.ExpectTableColumnsToMatchSet(column_set=names, exact_match=True))], AFTER, name, config.sample_size)
@@ -673,6 +672,69 @@ def after_merge_gate(pb, store, opts, engine, layout) -> GateReport:
         report.results += results
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _pk_unique(engine, path: str, keys: list[str], columns: list[str], name: str,
+               config: QualityConfig) -> tuple[list[ExpectationResult], int, datetime | None]:
+    """pk_unique on a current table, its row count and newest `_commit_ts`. A table of more than PK_BUCKET_ROWS
+    rows (an engine that streams its columns) is checked a bucket of keys at a time (a key's rows are all in one
+    bucket, so the results combine into the whole table's), never whole."""
+    check = [Check("pk_unique", "primary key unique in the current table", _unique(keys))]
+    stream = getattr(engine, "read_batches", None)
+    rows, newest = 0, None
+    if stream is not None:
+        for b in stream(path, columns):
+            rows += b.num_rows
+            if "_commit_ts" in columns and b.num_rows:
+                top = pc.max(b.column("_commit_ts")).as_py()
+                newest = top if newest is None or (top is not None and top > newest) else newest
+    if stream is None or rows <= PK_BUCKET_ROWS:
+        frame, rows, newest = _current(engine, path, columns)
+        return validate(frame, check, AFTER, name, config.sample_size), rows, newest
+    count = -(-rows // PK_BUCKET_ROWS)
+    parts, repeated = [], []
+    for i in range(count):
+        found = [b.filter(pa.array(key_hash(b, keys) % np.uint64(count) == np.uint64(i))) for b in stream(path, keys)]
+        bucket = pa.concat_tables(found) if found else pa.table({k: [] for k in keys})
+        del found
+        parts.append(validate(bucket.to_pandas(), check, AFTER, name, config.sample_size))
+        if not parts[-1][0].success:
+            counted = bucket.group_by(keys, use_threads=False).aggregate([([], "count_all")])
+            repeated.append(counted.filter(pc.greater(counted.column("count_all"), 1)).select(keys))
+        del bucket
+        pa.default_memory_pool().release_unused()
+    results = _combine(parts, config.sample_size)
+    if repeated:  # the sample as the whole table's run reports it: its first repeated keys' rows in table order
+        results[0] = replace(results[0], sample=_pk_sample(stream, path, keys, pa.concat_tables(repeated), check,
+                                                           name, config))
+    return results, rows, newest
+
+
+def _rows_of(stream, path: str, keys: list[str], wanted: pa.Table, limit: int | None = None) -> pa.Table:
+    """The rows (key columns) of a table whose key is one of `wanted`'s, in table order (the first `limit`)."""
+    hashes = key_hash(wanted, keys)
+    targets = set(zip(*(wanted.column(k).to_pylist() for k in keys), strict=True))
+    out, n = [], 0
+    for b in stream(path, keys):
+        b = b.filter(pa.array(np.isin(key_hash(b, keys), hashes)))
+        if b.num_rows:
+            hit = [t in targets for t in zip(*(b.column(k).to_pylist() for k in keys), strict=True)]
+            b = b.filter(pa.array(hit, pa.bool_()))
+            out.append(b)
+            n += b.num_rows
+        if limit is not None and n >= limit:
+            break
+    rows = pa.concat_tables(out) if out else wanted.slice(0, 0)
+    return rows.slice(0, limit) if limit is not None else rows
+
+
+def _pk_sample(stream, path: str, keys: list[str], repeated: pa.Table, check: list[Check], name: str,
+               config: QualityConfig) -> list:
+    """pk_unique's sample on the whole table (the first repeated rows in table order), from the repeated keys:
+    all rows of the keys of the first rows that repeat a key hold those rows, in the same order."""
+    first = _rows_of(stream, path, keys, repeated, min(config.sample_size, GX_PARTIAL))
+    rows = _rows_of(stream, path, keys, first.group_by(keys, use_threads=False).aggregate([]))
+    return validate(rows.to_pandas(), check, AFTER, name, config.sample_size)[0].sample
 
 
 def _current(engine, path: str, columns: list[str]) -> tuple[object, int, datetime | None]:

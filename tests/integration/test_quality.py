@@ -731,9 +731,9 @@ def _tamper_pieces(store: BatchStore, pb, name: str, change) -> None:
 def test_a_staged_batch_is_gated_piece_by_piece_as_its_whole_history_would_be(server, tmp_path, monkeypatch, shape,
                                                                             case) -> None:
     """A staged table's before-merge checks read a piece at a time (the one-row-per-key check a bucket of keys
-    at a time): the same results, names to samples, as the history read whole."""
+    at a time, the after-merge key check too): the same results, names to samples, as the history read whole."""
     from binlake.lake import decode_task, netbuckets, pipeline
-    from binlake.quality import gates
+    from binlake.quality import gates, stages
 
     monkeypatch.setattr(decode_task, "KEEP_BYTES", 0)  # every range staged
     monkeypatch.setattr(decode_task, "FLUSH_ROWS", 60)
@@ -775,3 +775,40 @@ def test_a_staged_batch_is_gated_piece_by_piece_as_its_whole_history_would_be(se
     assert [r.gate for r in whole.results].count("user:expect_column_values_to_be_between") == 1
     assert pieces.results == whole.results
     assert whole.success is (case == "clean"), [r.line() for r in whole.failures]
+    if case == "clean":  # and after the merge: the key check a bucket of keys at a time equals the whole one
+        stages.gate_before_merge(opts, batch)
+        pipeline.merge_batch(opts, batch)
+        whole = stages.gate_after_merge(opts, batch)
+        monkeypatch.setattr(gates, "PK_BUCKET_ROWS", 30)
+        bucketed = stages.gate_after_merge(opts, batch)
+        assert bucketed.results == whole.results and bucketed.success
+
+
+@pytest.mark.parametrize("keys", [["id"], ["code", "id"]])
+@pytest.mark.parametrize("repeats", [[], [3, 77, 150, 151, 420, 3, *range(10, 40)]])
+@pytest.mark.parametrize("sample_size", [5, 50])
+def test_pk_unique_a_bucket_of_keys_at_a_time_reports_as_the_whole_table(tmp_path, monkeypatch, keys, repeats,
+                                                                         sample_size) -> None:
+    """A large current table's key check runs a hash bucket of keys at a time: the same result as on the table
+    read whole (success, unexpected count, the sample of the first repeated rows in table order)."""
+    import datetime as dt
+
+    from deltalake import write_deltalake
+
+    from binlake.quality import gates
+
+    ids = [*range(500), *repeats]
+    ts = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    table = pa.table({"id": pa.array(ids, pa.int32()), "code": [f"c{i % 7}" for i in ids],
+                      "_commit_ts": pa.array([ts + dt.timedelta(seconds=i) for i in range(len(ids))],
+                                             pa.timestamp("us", "UTC"))})
+    path = str(tmp_path / "t")
+    for at in range(0, table.num_rows, 120):  # several files
+        write_deltalake(path, table.slice(at, 120), mode="append")
+    engine, config = get_engine(), QualityConfig(sample_size=sample_size)
+    whole = gates._pk_unique(engine, path, keys, [*keys, "_commit_ts"], "t", config)
+    monkeypatch.setattr(gates, "PK_BUCKET_ROWS", 60)
+    bucketed = gates._pk_unique(engine, path, keys, [*keys, "_commit_ts"], "t", config)
+    assert bucketed == whole
+    assert whole[0][0].success is not repeats and whole[1] == len(ids)
+    assert len(whole[0][0].sample) == (min(sample_size, 20) if repeats else 0)
