@@ -471,11 +471,14 @@ def _staged_piece_checks(stage: str, name: str, info: dict, versions: dict, last
     per_piece, per_piece_user, spans, written = [], [], {}, {}
     pieces = entry_pieces(info)
     seqs = []
+    empty = None
     for piece, data in zip(pieces, _piece_tables(stage, info, cols, schema), strict=True):
-        if data.num_rows:
-            mm = pc.min_max(pc.add(pc.shift_left(data.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
-                                   data.column("_pos").cast(pa.int64()))).as_py()
-            seqs.append((piece, mm["min"], mm["max"]))
+        if not data.num_rows:  # no rows inside the bounds: checked only when no piece has any (as the whole is)
+            empty = data
+            continue
+        mm = pc.min_max(pc.add(pc.shift_left(data.column("_file_seq").cast(pa.int64()), SEQ_FILE_SHIFT),
+                               data.column("_pos").cast(pa.int64()))).as_py()
+        seqs.append((piece, mm["min"], mm["max"]))
         frame = _row_frame(data, versions)
         results, users = _row_checks(frame, versions, keys, local, name, config, order=False)
         per_piece.append(results)
@@ -486,6 +489,10 @@ def _staged_piece_checks(stage: str, name: str, info: dict, versions: dict, last
         for r in data.group_by("_op").aggregate([("_op", "count")]).to_pylist():
             written[r["_op"]] = written.get(r["_op"], 0) + r["_op_count"]
         del data, frame
+    if not per_piece:
+        frame = _row_frame(empty, versions)
+        results, users = _row_checks(frame, versions, keys, local, name, config, order=False)
+        per_piece, per_piece_user = [results], [users]
     rows = _combine(per_piece, config.sample_size)
     # The order columns' uniqueness: within each group of pieces whose positions overlap (usually one piece).
     order = _combine([validate(pa.concat_tables(list(_piece_tables(stage, {**info, "staged": group}, ORDER_COLUMNS,
