@@ -732,10 +732,11 @@ def test_a_staged_batch_is_gated_piece_by_piece_as_its_whole_history_would_be(se
                                                                             case) -> None:
     """A staged table's before-merge checks read a piece at a time (the one-row-per-key check a bucket of keys
     at a time, the after-merge key check too): the same results, names to samples, as the history read whole."""
-    from binlake.lake import decode_task, netbuckets, pipeline
+    from binlake.lake import decode_task, netbuckets, pipeline, staging
     from binlake.quality import gates, stages
 
     monkeypatch.setattr(decode_task, "KEEP_BYTES", 0)  # every range staged
+    monkeypatch.setattr(staging, "_merge_inputs", {})  # merge inputs kept from decoding: this test's own
     monkeypatch.setattr(decode_task, "FLUSH_ROWS", 60)
     monkeypatch.setattr(netbuckets, "NET_BUCKET_ROWS", 40)
     table = "pw_" + re.sub(r"\W", "_", f"{shape}_{case}")
