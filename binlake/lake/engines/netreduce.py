@@ -10,6 +10,7 @@ write_files: random names, not part of any table until committed). The driver ge
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -45,21 +46,30 @@ def key_buckets(rows: pa.Table, keys: list[str], buckets: int) -> np.ndarray:
     return (hash_pandas_object(frame, index=False).to_numpy() % np.uint64(buckets)).astype(np.int64)
 
 
+def newest_of(stage: str, pieces: list[dict], keys: list[str], schema: pa.Schema,
+              keep: Callable[[pa.Table], pa.Array] | None = None) -> NewestPerKey:
+    """The pieces' net files, in binlog order, cast to `schema` and cut to the rows `keep` (a mask) takes, reduced
+    to the newest row per key as they are read (one piece in memory beside the reduction)."""
+    newest = NewestPerKey(keys)
+    for p in sorted(pieces, key=lambda p: (p["min_seq"], p["path"])):
+        rows = read_net(stage, p)
+        if rows.schema != schema:
+            rows = rows.cast(schema)
+        if keep is not None:
+            rows = rows.filter(keep(rows))
+        if rows.num_rows:
+            newest.add(rows)
+        del rows
+    return newest
+
+
 def reduce_bucket(task: tuple) -> dict:
     """One reduce task: (stage, pieces in binlog order, keys, merge input schema, bucket, buckets, folder of the
     upserts' files, folder of the deletes' files). Returns the files' manifests and counts, or the first key
     column (or `_seq`) holding nulls (then nothing is written)."""
     stage, pieces, keys, schema, bucket, buckets, upsert_path, delete_path = task
-    newest = NewestPerKey(keys)
-    for p in pieces:
-        rows = read_net(stage, p)
-        if rows.schema != schema:
-            rows = rows.cast(schema)
-        if buckets > 1:
-            rows = rows.filter(pa.array(key_buckets(rows, keys, buckets) == bucket))
-        if rows.num_rows:
-            newest.add(rows)
-        del rows
+    mine = (lambda rows: pa.array(key_buckets(rows, keys, buckets) == bucket)) if buckets > 1 else None
+    newest = newest_of(stage, pieces, keys, schema, mine)
     out = {"bucket": bucket, "nulls": None, "upserts": 0, "deletes": 0, "upsert_files": [], "delete_files": []}
     if not newest.parts:
         return out
@@ -86,16 +96,9 @@ def reduce_bucket(task: tuple) -> dict:
 
 def segment_net(stage: str, pieces: list[dict], keys: list[str], base: pa.Schema, changes: list,
                 schema: pa.Schema) -> pa.Table:
-    """A staged segment's net changes, one row per key: its pieces' net files (in binlog order) reduced to the newest
+    """A staged segment's net changes, one row per key: its pieces' net files (newest_of) reduced to the newest
     row per key, evolved forward by `changes` (a backfill) and cast to the merge input's `schema`."""
-    newest = NewestPerKey(keys)
-    for p in pieces:
-        rows = read_net(stage, p)
-        if rows.schema != base:
-            rows = rows.cast(base)
-        if rows.num_rows:
-            newest.add(rows)
-        del rows
+    newest = newest_of(stage, pieces, keys, base)
     net = newest.result() if newest.parts else base.empty_table()
     if changes:
         batches = net.to_batches() or [pa.RecordBatch.from_pylist([], schema=base)]
@@ -112,7 +115,7 @@ def merge_segment(task: tuple) -> dict:
     `error` (its type name and message) rather than as a failed task."""
     stage, pieces, keys, base, changes, schema, path, app_id, batch, storage_options = task
     try:
-        net = segment_net(stage, sorted(pieces, key=lambda p: (p["min_seq"], p["path"])), keys, base, changes, schema)
+        net = segment_net(stage, pieces, keys, base, changes, schema)
         engine = DeltaRsEngine(storage_options, record={"reducedBy": "spark"})
         merged = engine.merge(path, net, keys, app_id, batch)
     except (EngineError, ValueError) as exc:  # MergeInputError, a conversion the backfill cannot make
