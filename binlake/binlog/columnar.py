@@ -195,22 +195,64 @@ def _first(fields):
 # struct codes of integers (plan_struct) -> numpy dtypes of the same width and signedness (EventPlan's `arrays`)
 _INT_DTYPES = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32", "q": "int64",
                "Q": "uint64"}
-_np_array: Callable | None = None  # numpy.array, once some EventPlan gives integer columns as arrays
+_np: Any = None  # numpy, once some EventPlan gives integer columns as arrays
 _ndarray: type | None = None
 
 
 def _numpy_arrays() -> None:
     """Import numpy for integer columns as arrays (only then: stats and row consumers never pay for it)."""
-    global _np_array, _ndarray
-    if _np_array is None:
+    global _np, _ndarray
+    if _np is None:
         import numpy as np
 
-        _np_array, _ndarray = np.array, np.ndarray
+        _np, _ndarray = np, np.ndarray
+
+
+class NullableInts:
+    """An integer column with NULLs in some images, as numpy arrays (DecodeOptions.int_arrays): `values` (0 where
+    NULL) and `valid` (False where NULL)."""
+
+    __slots__ = ("valid", "values")
+
+    def __init__(self, values, valid) -> None:
+        self.values = values
+        self.valid = valid
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return NullableInts(self.values[i], self.valid[i])
+        return int(self.values[i]) if self.valid[i] else None
+
+    def tolist(self) -> list:
+        return [v if ok else None for v, ok in zip(self.values.tolist(), self.valid.tolist(), strict=True)]
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return self.tolist() == (other.tolist() if isinstance(other, NullableInts) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NullableInts({self.tolist()!r})"
 
 
 def _plain_columns(columns: list) -> list:
     """Columns as value sequences of Python objects (integer arrays as lists of ints) for row tuples."""
-    return [c.tolist() if type(c) is _ndarray else c for c in columns] if _ndarray is not None else columns
+    if _ndarray is None:
+        return columns
+    return [c.tolist() if type(c) is _ndarray or type(c) is NullableInts else c for c in columns]
+
+
+def _int24_array(raws, signed: bool):
+    """MEDIUMINT values (3-byte little-endian fields) as one int32 array: one join, a few numpy operations."""
+    a = _np.frombuffer(b"".join(raws), _np.uint8).reshape(-1, 3).astype(_np.int32)
+    v = a[:, 0] | a[:, 1] << 8 | a[:, 2] << 16
+    return (v ^ 0x800000) - 0x800000 if signed else v
 
 
 def _same(v):
@@ -355,7 +397,13 @@ def plan_string(codec: Any, bit: int, iso: bool = False, rows: bool = False) -> 
         return plan_text(codec, bit, iso, rows)
     # BINARY(n): the server strips trailing zero bytes in row images; SELECT returns them padded.
     width = col.meta
-    vec, one = _mapped(lambda raw: raw.ljust(width, b"\0"))
+
+    def one(raw: bytes) -> bytes:
+        return raw.ljust(width, b"\0")
+
+    def vec(fields) -> list:  # bytes.ljust called from C for each value (a full-width value is kept as it is)
+        return list(map(bytes.ljust, fields[0], repeat(width), repeat(b"\0")))
+
     return _Col(col.index, bit, None, 1 if width < 256 else 2, vec, one)
 
 
@@ -541,9 +589,15 @@ class EventPlan:
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
         self.cols = [_plan(codecs[c.index], 1 << i, text, rows) for i, c in enumerate(cols)]
-        # column index -> numpy dtype of the integer columns given as arrays (plain struct values: plan_struct)
-        self.arrays = {c.index: _INT_DTYPES[c.codes[0]] for c in self.cols
-                       if arrays and c.vec is _first and c.codes and c.codes[0] in _INT_DTYPES}
+        # column index -> (numpy dtype, signed MEDIUMINT?) of the integer columns given as numpy arrays (plain struct
+        # values: plan_struct; MEDIUMINT: plan_int24), NullableInts where some images hold NULL
+        self.arrays: dict[int, tuple[str, bool | None]] = {}
+        if arrays:
+            for c in self.cols:
+                if c.vec is _first and c.codes and c.codes[0] in _INT_DTYPES:
+                    self.arrays[c.index] = (_INT_DTYPES[c.codes[0]], None)
+                elif getattr(codecs[c.index].spec, "columnar", None) is plan_int24:
+                    self.arrays[c.index] = ("int32", codecs[c.index].col.signed is not False)
         if self.arrays:
             _numpy_arrays()
         # Events of this plan wait to be converted together only when a column converts a whole column with numpy
@@ -717,9 +771,14 @@ class EventPlan:
             some_null |= p
             all_null &= p
         out: list = [None] * self.ncols
+        arrays = self.arrays
         for c in self.cols:
             k = c.nfields
             bit = c.bit
+            if arrays and c.index in arrays:
+                out[c.index] = self._int_array(arrays[c.index], flat[i::stride], nulls, bit, all_null, some_null, n)
+                i += k
+                continue
             if all_null & bit:
                 out[c.index] = [None] * n
             elif some_null & bit:
@@ -765,15 +824,28 @@ class EventPlan:
                 out[a] = [ABSENT] * n
         for j, vals in enumerate(out):
             if type(vals) is not list and type(vals) is not tuple and type(vals) is not TextColumn and \
-                    type(vals) is not DecimalColumn:
+                    type(vals) is not DecimalColumn and (not arrays or j not in arrays):
                 # a one-shot iterator from a converter
                 out[j] = list(vals)
-        if self.arrays:
-            for j, dtype in self.arrays.items():
-                vals = out[j]
-                if type(vals) is tuple:  # no NULL in these images (a column with some is a list)
-                    out[j] = _np_array(vals, dtype)
         return out
+
+    @staticmethod
+    def _int_array(spec: tuple, raws: tuple, nulls, bit: int, all_null: int, some_null: int, n: int):
+        """An integer column of the images as a numpy array, or NullableInts when some images hold NULL (their
+        placeholders left out before the conversion, then zeros in their places)."""
+        dtype, int24 = spec
+        if all_null & bit:
+            return NullableInts(_np.zeros(n, dtype), _np.zeros(n, bool))
+        if some_null & bit:
+            present = list(map(not_, map(and_, nulls, repeat(bit))))
+            raws = list(compress(raws, present))
+        values = _np.array(raws, dtype) if int24 is None else _int24_array(raws, int24)
+        if not some_null & bit:
+            return values
+        valid = _np.array(present, bool)
+        full = _np.zeros(n, values.dtype)
+        full[valid] = values
+        return NullableInts(full, valid)
 
 
 def _cut_first(attr: str) -> property:

@@ -214,7 +214,8 @@ def test_history_of_events_converted_together_equals_history_event_by_event(name
 
 INTS = [("TINYINT", -128, 127), ("TINYINT UNSIGNED", 0, 255), ("SMALLINT", -2**15, 2**15 - 1),
         ("SMALLINT UNSIGNED", 0, 2**16 - 1), ("INT", -2**31, 2**31 - 1), ("INT UNSIGNED", 0, 2**32 - 1),
-        ("BIGINT", -2**63, 2**63 - 1), ("BIGINT UNSIGNED", 0, 2**64 - 1), ("MEDIUMINT", -2**23, 2**23 - 1)]
+        ("BIGINT", -2**63, 2**63 - 1), ("BIGINT UNSIGNED", 0, 2**64 - 1), ("MEDIUMINT", -2**23, 2**23 - 1),
+        ("MEDIUMINT UNSIGNED", 0, 2**24 - 1)]
 
 
 def _int_binlog(seed: int) -> bytes:
@@ -259,30 +260,33 @@ def _int_binlog(seed: int) -> bytes:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_history_from_integer_arrays_equals_history_from_ints(seed: int) -> None:
-    """DecodeOptions.int_arrays (what the lake's decode tasks run with): integer columns without NULL in an event
-    come as numpy arrays of their stored width; the history built from them equals the one built from Python ints
-    (values, types, conversion counts), and the row tuples still hold Python ints."""
+    """DecodeOptions.int_arrays (what the lake's decode tasks run with): integer columns (MEDIUMINT included) come as
+    numpy arrays of their stored width, as NullableInts where some images of an event hold NULL; the history built
+    from them equals the one built from Python ints (values, types, conversion counts), and the row tuples still
+    hold Python ints and None."""
     import io
 
     import numpy as np
 
+    from binlake.binlog.columnar import NullableInts
     from binlake.binlog.decoder import BinlogDecoder, DecodeOptions, integer_arrays
 
     data = _int_binlog(seed)
 
     def decoded(arrays: bool) -> tuple[list[CommittedBatch], int]:
         opts = DecodeOptions(int_arrays=arrays)
-        items, found = [], 0
+        items, found, masked = [], 0, 0
         for item in BinlogDecoder(opts).decode_stream_batched(io.BytesIO(data), "ints.000001"):
             if type(item) is RowBatch:
                 for side in (item.pairs.before, item.pairs.after):
                     found += sum(type(c) is np.ndarray for c in side or ())
+                    masked += sum(type(c) is NullableInts and not c.valid.all() for c in side or ())
                 items.append(CommittedBatch(item, item.ts, 1))
-        return items, found
+        return items, found, masked
 
-    plain, none = decoded(False)
-    arrays, found = decoded(True)
-    assert none == 0 and found > 0
+    plain, none, none_masked = decoded(False)
+    arrays, found, masked = decoded(True)
+    assert none == none_masked == 0 and found > 0 and masked > 0
     for at in range(0, len(plain), 37):  # history pieces of varied extents, events converted together included
         stats_a, stats_b = ConversionStats(), ConversionStats()
         a = history_table(plain[at : at + 37], 3, stats_a)
