@@ -163,7 +163,8 @@ def _int_arrays(parts: list, col) -> pa.Array | None:
     if dtype is None:
         return None
     arrays = [p.values if type(p) is NullableInts else p for p in parts]
-    if not all(type(a) is np.ndarray and np.can_cast(a.dtype, dtype) for a in arrays):
+    if not all(type(a) is np.ndarray for a in arrays) or \
+            not all(np.can_cast(t, dtype) for t in {a.dtype for a in arrays}):
         return None
     values = (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)).astype(dtype, copy=False)
     if not any(type(p) is NullableInts for p in parts):

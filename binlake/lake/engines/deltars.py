@@ -30,6 +30,7 @@ from ..staging import (
     link_pieces,
     linkable,
     local_lake,
+    repeated_columns,
     unified_schema,
     write_files,
 )
@@ -277,8 +278,7 @@ class DeltaRsEngine:
             files += link_pieces(path, stage, links)
             rest = {**info, "staged": [p for p in entry_pieces(info) if p not in links]}
             tables = _parts(entry_reader(stage, rest, schema), FILE_BYTES) if rest["staged"] else []
-        repeated = [f.name for f in schema if f.name.startswith("_") and pa.types.is_string(f.type)]
-        files += [f for part in tables for f in write_files(path, part, partition_by, repeated)]
+        files += [f for part in tables for f in write_files(path, part, partition_by, repeated_columns(schema))]
         return self.append_files(path, files, schema, app_id, batch, partition_by)
 
     def run_merge(self, path: str, source: pa.Table, spec: MergeSpec, app_id: str, batch: int,
