@@ -159,20 +159,33 @@ def test_stats_text_escapes_c0_and_c1_controls_json_keeps_them(capsys, tmp_path:
 
 
 @pytest.mark.parametrize("as_process", [True, False])
-def test_only_the_process_command_freezes_the_collector_at_exit(as_process: bool) -> None:
-    """`main()` as the process's command (argv from sys.argv) freezes the collector's objects at exit, so the
-    shutdown's collections skip them; `main(argv)` called from Python leaves the collector as it was."""
+def test_the_process_command_ends_its_process_once_the_exit_handlers_ran(as_process: bool, tmp_path: Path) -> None:
+    """`main()` as the process's command (argv from sys.argv) ends the process itself: the atexit handlers run (the
+    collector frozen before the ones registered earlier, so the shutdown's collections would skip its objects),
+    buffered output is flushed and the exit code is the command's; the interpreter's teardown is skipped, so code
+    after main() never runs. `main(argv)` called from Python returns the same code and leaves the collector and
+    the process as they were."""
     import subprocess
     import sys
 
-    call = "cli.main()" if as_process else "cli.main(['--version'])"
+    missing = str(tmp_path / "absent.000001")
+    expected = main(["stats", missing])
+    assert expected != 0
+    call = "cli.main()" if as_process else f"cli.main(['stats', {missing!r}])"
     code = ("import atexit, gc, sys\n"
-            "sys.argv = ['binlake', '--version']\n"
+            f"sys.argv = ['binlake', 'stats', {missing!r}]\n"
             "from binlake import cli\n"
+            "atexit.register(lambda: sys.stdout.write(f'handler frozen={gc.get_freeze_count() > 0}'))\n"
+            "sys.stdout.write('buffered ')\n"
             f"rc = {call}\n"
-            "before = gc.get_freeze_count()\n"
-            "atexit._run_exitfuncs()\n"
-            "print(rc, before, gc.get_freeze_count() > 0)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2]).stdout.split()
-    assert out[-3:] == ["0", "0", str(as_process)]
+            "print('returned', rc)\n"
+            "sys.exit(99)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert "absent.000001" in done.stderr and "Traceback" not in done.stderr
+    if as_process:
+        assert done.returncode == expected
+        assert done.stdout == "buffered handler frozen=True"
+    else:
+        assert done.returncode == 99
+        assert done.stdout == f"buffered returned {expected}\nhandler frozen=False"
