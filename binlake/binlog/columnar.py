@@ -152,10 +152,13 @@ class _Col:
     `vec(fields)`: the values of a whole column with no NULLs (fields: one sequence per struct field).
     `one(*field values)`: the value of one image (used where a column is NULL in some images only)."""
 
-    __slots__ = ("bit", "codes", "index", "nfields", "one", "prefix", "tolerant", "vec", "whole")
+    __slots__ = ("bit", "codes", "index", "members", "nfields", "one", "prefix", "tolerant", "vec", "whole")
 
     def __init__(self, index: int, bit: int, codes: list[str] | None, prefix: int, vec, one) -> None:
         self.index = index
+        # A run of NOT NULL integer columns read as one field (_integer_runs): (table column index, its bit, numpy
+        # dtype, width in bytes, offset in the run, signed MEDIUMINT?) per column; None for any other column.
+        self.members: list[tuple] | None = None
         self.bit = bit
         self.codes = codes
         self.prefix = prefix
@@ -192,9 +195,10 @@ def _first(fields):
     return fields[0]
 
 
-# struct codes of integers (plan_struct) -> numpy dtypes of the same width and signedness (EventPlan's `arrays`)
+# struct codes of integers and floats (plan_struct) -> numpy dtypes of the same width and kind (EventPlan's
+# `arrays`)
 _INT_DTYPES = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32", "q": "int64",
-               "Q": "uint64"}
+               "Q": "uint64", "f": "float32", "d": "float64"}
 _np: Any = None  # numpy, once some EventPlan gives integer columns as arrays
 _ndarray: type | None = None
 
@@ -208,8 +212,8 @@ def _numpy_arrays() -> None:
         _np, _ndarray = np, np.ndarray
 
 
-class NullableInts:
-    """An integer column with NULLs in some images, as numpy arrays (DecodeOptions.int_arrays): `values` (0 where
+class NullableArray:
+    """A numeric column with NULLs in some images, as numpy arrays (DecodeOptions.int_arrays): `values` (0 where
     NULL) and `valid` (False where NULL)."""
 
     __slots__ = ("valid", "values")
@@ -223,7 +227,7 @@ class NullableInts:
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return NullableInts(self.values[i], self.valid[i])
+            return NullableArray(self.values[i], self.valid[i])
         return int(self.values[i]) if self.valid[i] else None
 
     def tolist(self) -> list:
@@ -233,26 +237,97 @@ class NullableInts:
         return iter(self.tolist())
 
     def __eq__(self, other: object) -> bool:
-        return self.tolist() == (other.tolist() if isinstance(other, NullableInts) else other)
+        return self.tolist() == (other.tolist() if isinstance(other, NullableArray) else other)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"NullableInts({self.tolist()!r})"
+        return f"NullableArray({self.tolist()!r})"
 
 
 def _plain_columns(columns: list) -> list:
     """Columns as value sequences of Python objects (integer arrays as lists of ints) for row tuples."""
     if _ndarray is None:
         return columns
-    return [c.tolist() if type(c) is _ndarray or type(c) is NullableInts else c for c in columns]
+    return [c.tolist() if type(c) is _ndarray or type(c) is NullableArray else c for c in columns]
 
 
 def _int24_array(raws, signed: bool):
     """MEDIUMINT values (3-byte little-endian fields) as one int32 array: one join, a few numpy operations."""
-    a = _np.frombuffer(b"".join(raws), _np.uint8).reshape(-1, 3).astype(_np.int32)
+    return _int24_of(_np.frombuffer(b"".join(raws), _np.uint8).reshape(-1, 3), signed)
+
+
+def _int24_of(a, signed: bool):
+    """MEDIUMINT values of an (n, 3) uint8 array of little-endian fields as an int32 array."""
+    a = a.astype(_np.int32)
     v = a[:, 0] | a[:, 1] << 8 | a[:, 2] << 16
     return (v ^ 0x800000) - 0x800000 if signed else v
+
+
+_RUN_MIN = 2  # consecutive NOT NULL integer columns read as one field from this many on
+
+
+def _integer_runs(cols: list[_Col], arrays: dict, table: TableMap) -> list[_Col]:
+    """The planned columns, each run of at least _RUN_MIN consecutive NOT NULL integer columns given as numpy
+    arrays replaced by one column read as one bytes field per image: the event's fields of a run are joined and
+    cut into the columns' arrays by numpy (one C-level call per column instead of a Python int per value, then
+    a numpy array of them). A NULL in a run (which the server never writes for a NOT NULL column) is read image
+    by image."""
+    out: list[_Col] = []
+    run: list[_Col] = []
+
+    def close() -> None:
+        if len(run) < _RUN_MIN:
+            out.extend(run)
+        else:
+            members, at = [], 0
+            for c in run:
+                dtype, int24 = arrays[c.index]
+                width = 3 if int24 is not None else struct.calcsize("<" + c.codes[0])
+                members.append((c.index, c.bit, _np.dtype(dtype).newbyteorder("<"), width, at, int24))
+                at += width
+            merged = _Col(run[0].index, 0, [f"{at}s"], 0, None, None)
+            merged.members = members
+            for c in run:
+                merged.bit |= c.bit
+                del arrays[c.index]
+            out.append(merged)
+        run.clear()
+
+    for c in cols:
+        if c.index in arrays and table.columns[c.index].nullable is False:
+            run.append(c)
+        else:
+            close()
+            out.append(c)
+    close()
+    return out
+
+
+def _run_arrays(run: _Col, raws: tuple, nulls, some_null: int, n: int, out: list) -> None:
+    """The columns of a run of NOT NULL integers (`raws`: each image's bytes of the run) into `out`."""
+    members = run.members
+    if not some_null & run.bit:
+        width = sum(m[3] for m in members)
+        a = _np.frombuffer(b"".join(raws), _np.uint8).reshape(n, width)
+        for index, _bit, dtype, w, at, int24 in members:
+            part = a[:, at : at + w]
+            out[index] = _int24_of(part, int24) if int24 is not None else \
+                _np.ascontiguousarray(part).view(dtype).reshape(n)
+        return
+    # NULL in some image: each image's values in turn (a value NULL there has no bytes in it)
+    columns: list[list] = [[] for _ in members]
+    for raw, m in zip(raws, nulls, strict=True):
+        at = 0
+        for vals, (_index, bit, dtype, w, _at, int24) in zip(columns, members, strict=True):
+            if m & bit:
+                vals.append(None)
+            else:
+                vals.append(int.from_bytes(raw[at : at + w], "little", signed=int24) if int24 is not None else
+                            _np.frombuffer(raw[at : at + w], dtype)[0].item())
+                at += w
+    for vals, member in zip(columns, members, strict=True):
+        out[member[0]] = vals
 
 
 def _same(v):
@@ -517,7 +592,12 @@ class _Layout:
         size = nb
         since = nb
         for c in cols:
-            if nulls & c.bit:
+            if c.members is not None:  # one field: the bytes of the run's columns that are not NULL here
+                n = sum(m[3] for m in c.members if not nulls & m[1])
+                parts.append(f"{n}s")
+                size += n
+                since += n
+            elif nulls & c.bit:
                 parts.append("0s" * c.nfields)
             elif c.codes is None:
                 parts.append(f"{c.prefix}x")
@@ -583,14 +663,14 @@ class EventPlan:
         """`codecs`: the table's columns as coltypes.ColumnCodec (each plans its own column). `text`: DECIMAL and
         DATE/DATETIME/TIMESTAMP columns whose values all format come as vectorized.TextColumn (DecodeOptions
         .text_values). `rows`: the consumer reads row tuples (decoder.decode_files): UTF-8 text comes as str lists,
-        not TextColumn (see plan_text). `arrays`: TINYINT..BIGINT columns without NULL in an event come as numpy
-        arrays of their struct code's width (DecodeOptions.int_arrays)."""
+        not TextColumn (see plan_text). `arrays`: TINYINT..BIGINT, MEDIUMINT, FLOAT and DOUBLE columns come as numpy
+        arrays of their stored width, NullableArray where some images hold NULL (DecodeOptions.int_arrays)."""
         cols = [c for c in table.columns if present >> c.index & 1]
         self.ncols = len(table.columns)
         self.nb = (len(cols) + 7) // 8
         self.cols = [_plan(codecs[c.index], 1 << i, text, rows) for i, c in enumerate(cols)]
         # column index -> (numpy dtype, signed MEDIUMINT?) of the integer columns given as numpy arrays (plain struct
-        # values: plan_struct; MEDIUMINT: plan_int24), NullableInts where some images hold NULL
+        # values: plan_struct; MEDIUMINT: plan_int24), NullableArray where some images hold NULL
         self.arrays: dict[int, tuple[str, bool | None]] = {}
         if arrays:
             for c in self.cols:
@@ -598,8 +678,11 @@ class EventPlan:
                     self.arrays[c.index] = (_INT_DTYPES[c.codes[0]], None)
                 elif getattr(codecs[c.index].spec, "columnar", None) is plan_int24:
                     self.arrays[c.index] = ("int32", codecs[c.index].col.signed is not False)
+        # the table columns given as numpy arrays (or NullableArray), runs included
+        self.array_columns = frozenset(self.arrays)
         if self.arrays:
             _numpy_arrays()
+            self.cols = _integer_runs(self.cols, self.arrays, table)
         # Events of this plan wait to be converted together only when a column converts a whole column with numpy
         # (for the others, joining and cutting the events' columns costs more than it saves).
         self.groups = any(c.whole for c in self.cols)
@@ -775,6 +858,10 @@ class EventPlan:
         for c in self.cols:
             k = c.nfields
             bit = c.bit
+            if c.members is not None:
+                _run_arrays(c, flat[i::stride], nulls, some_null, n, out)
+                i += 1
+                continue
             if arrays and c.index in arrays:
                 out[c.index] = self._int_array(arrays[c.index], flat[i::stride], nulls, bit, all_null, some_null, n)
                 i += k
@@ -824,18 +911,18 @@ class EventPlan:
                 out[a] = [ABSENT] * n
         for j, vals in enumerate(out):
             if type(vals) is not list and type(vals) is not tuple and type(vals) is not TextColumn and \
-                    type(vals) is not DecimalColumn and (not arrays or j not in arrays):
+                    type(vals) is not DecimalColumn and j not in self.array_columns:
                 # a one-shot iterator from a converter
                 out[j] = list(vals)
         return out
 
     @staticmethod
     def _int_array(spec: tuple, raws: tuple, nulls, bit: int, all_null: int, some_null: int, n: int):
-        """An integer column of the images as a numpy array, or NullableInts when some images hold NULL (their
+        """An integer column of the images as a numpy array, or NullableArray when some images hold NULL (their
         placeholders left out before the conversion, then zeros in their places)."""
         dtype, int24 = spec
         if all_null & bit:
-            return NullableInts(_np.zeros(n, dtype), _np.zeros(n, bool))
+            return NullableArray(_np.zeros(n, dtype), _np.zeros(n, bool))
         if some_null & bit:
             present = list(map(not_, map(and_, nulls, repeat(bit))))
             raws = list(compress(raws, present))
@@ -845,7 +932,7 @@ class EventPlan:
         valid = _np.array(present, bool)
         full = _np.zeros(n, values.dtype)
         full[valid] = values
-        return NullableInts(full, valid)
+        return NullableArray(full, valid)
 
 
 def _cut_first(attr: str) -> property:

@@ -201,10 +201,11 @@ class DecodeOptions:
     # DECIMAL and DATE/DATETIME/TIMESTAMP columns of the columnar path as vectorized.TextColumn (their lake text, no
     # Python object per value) where every value of the column formats; the Kafka sink's decoding.
     text_values: bool = False
-    # TINYINT..BIGINT columns of the columnar path, in the rows events where they have no NULL, as numpy arrays of
-    # their stored width rather than Python ints (columnar.EventPlan's `arrays`): converted while the event's
+    # TINYINT..BIGINT, MEDIUMINT, FLOAT and DOUBLE columns of the columnar path as numpy arrays of their stored
+    # width rather than Python numbers (columnar.EventPlan's `arrays`; columnar.NullableArray in the events where
+    # some images hold NULL; runs of NOT NULL ones cut from one field per image): converted while the event's
     # values are at hand, and held in a tenth of the memory until the lake's history reads them (lake.history).
-    # Row tuples (decode_files) always hold Python ints. Default: inside integer_arrays().
+    # Row tuples (decode_files) always hold Python numbers. Default: inside integer_arrays().
     int_arrays: bool = field(default_factory=_INT_ARRAYS.get)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..binlog.coltypes import value_kind
-from ..binlog.columnar import ColumnarPairs, NullableInts
+from ..binlog.columnar import ColumnarPairs, NullableArray
 from ..binlog.tablemap import TableMap
 from ..binlog.vectorized import DecimalColumn, TextColumn
 from .convert import TEXT_KINDS, ConversionStats, arrow_type, from_texts, to_arrow, to_text
@@ -131,12 +131,12 @@ _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int
 
 def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.Array:
     """One column of the events (`parts`: each event's value sequence; n values in all) as an Arrow array."""
-    if any(type(p) is np.ndarray or type(p) is NullableInts for p in parts):
+    if any(type(p) is np.ndarray or type(p) is NullableArray for p in parts):
         arr = _int_arrays(parts, col)
         if arr is not None:
             return arr
         # with lists (an event decoded row by row): value by value
-        parts = [p.tolist() if type(p) is np.ndarray or type(p) is NullableInts else p for p in parts]
+        parts = [p.tolist() if type(p) is np.ndarray or type(p) is NullableArray else p for p in parts]
     if any(type(p) is TextColumn for p in parts):
         arr = from_texts(parts, col, where, stats)
         if arr is not None:
@@ -148,28 +148,33 @@ def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.
     dtype = _NUMPY.get(arrow_type(col)) if not col.nullable else None
     if dtype is not None:
         try:
-            return np_array(np.fromiter(chain.from_iterable(parts), dtype, n))
+            values = np.fromiter(chain.from_iterable(parts), dtype, n)
         except (TypeError, ValueError, OverflowError):  # not a plain value (ABSENT, out of range): to_arrow says
             pass
+        else:
+            # numpy reads None as NaN: a float column with a NaN (a NULL where the table map says NOT NULL) goes
+            # value by value, so that the NULL stays NULL
+            if values.dtype.kind != "f" or not np.isnan(values).any():
+                return np_array(values)
     return to_arrow(list(chain.from_iterable(parts)), col, where, stats)
 
 
 def _int_arrays(parts: list, col) -> pa.Array | None:
-    """An integer column the decoder gave as numpy arrays in every event (DecodeOptions.int_arrays; NullableInts
+    """An integer column the decoder gave as numpy arrays in every event (DecodeOptions.int_arrays; NullableArray
     where some images hold NULL) as the array of its Arrow type: the values as they are, each array's width and
     signedness fitting that type's (a wider type holds them all). None: some event gave a list, or the type is
     not a plain integer."""
     dtype = _NUMPY.get(arrow_type(col))
     if dtype is None:
         return None
-    arrays = [p.values if type(p) is NullableInts else p for p in parts]
+    arrays = [p.values if type(p) is NullableArray else p for p in parts]
     if not all(type(a) is np.ndarray for a in arrays) or \
             not all(np.can_cast(t, dtype) for t in {a.dtype for a in arrays}):
         return None
     values = (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)).astype(dtype, copy=False)
-    if not any(type(p) is NullableInts for p in parts):
+    if not any(type(p) is NullableArray for p in parts):
         return np_array(values)
-    valid = np.concatenate([p.valid if type(p) is NullableInts else np.ones(len(p), bool) for p in parts])
+    valid = np.concatenate([p.valid if type(p) is NullableArray else np.ones(len(p), bool) for p in parts])
     return pa.array(values, pa.from_numpy_dtype(values.dtype), mask=~valid)
 
 
@@ -190,9 +195,9 @@ def _same(after: list, before: list) -> bool:
     """Whether the events' after and before values of a column are the very same objects (the decoder hands the
     values of a column an update left unchanged to both images, unless they are plain numbers)."""
     return all(a.same(b) if type(a) is TextColumn or type(a) is DecimalColumn else
-               a is b if type(a) is np.ndarray or type(a) is NullableInts else
+               a is b if type(a) is np.ndarray or type(a) is NullableArray else
                type(b) is not TextColumn and type(b) is not DecimalColumn and type(b) is not np.ndarray and
-               type(b) is not NullableInts and len(a) == len(b) and all(map(is_, a, b))
+               type(b) is not NullableArray and len(a) == len(b) and all(map(is_, a, b))
                for a, b in zip(after, before, strict=True))
 
 

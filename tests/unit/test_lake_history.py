@@ -215,11 +215,22 @@ def test_history_of_events_converted_together_equals_history_event_by_event(name
 INTS = [("TINYINT", -128, 127), ("TINYINT UNSIGNED", 0, 255), ("SMALLINT", -2**15, 2**15 - 1),
         ("SMALLINT UNSIGNED", 0, 2**16 - 1), ("INT", -2**31, 2**31 - 1), ("INT UNSIGNED", 0, 2**32 - 1),
         ("BIGINT", -2**63, 2**63 - 1), ("BIGINT UNSIGNED", 0, 2**64 - 1), ("MEDIUMINT", -2**23, 2**23 - 1),
-        ("MEDIUMINT UNSIGNED", 0, 2**24 - 1)]
+        ("MEDIUMINT UNSIGNED", 0, 2**24 - 1), ("FLOAT", None, None), ("DOUBLE", None, None)]
+
+
+def _number(rng, sql: str, lo: int | None, hi: int | None):
+    """A value of the column type: an integer at a bound or between them, or a float (FLOAT: one float32 holds)."""
+    import struct
+
+    if lo is not None:
+        return rng.choice((lo, hi, rng.randrange(lo, hi + 1)))
+    value = rng.choice((0.0, -0.0, 1.5, rng.uniform(-1e30, 1e30), rng.uniform(-1, 1) * 10 ** rng.randrange(-30, 30)))
+    return struct.unpack("<f", struct.pack("<f", value))[0] if sql == "FLOAT" else value
 
 
 def _int_binlog(seed: int) -> bytes:
-    """Every integer type at its bounds, NOT NULL and nullable (NULL in some events only), in single-row
+    """Every integer type at its bounds and FLOAT and DOUBLE, NOT NULL and nullable (NULL in some events only), in
+    single-row
     transactions (converted in groups) and statements of many rows; inserts, updates (some columns unchanged) and
     deletes; a text column beside them."""
     import io
@@ -228,21 +239,26 @@ def _int_binlog(seed: int) -> bytes:
     from binlake.testing.binlog_writer import BinlogWriter, column
 
     rng = random.Random(seed)
-    spec = [(sql, lo, hi, nullable) for sql, lo, hi in INTS for nullable in (False, True)]
+    grouped = seed % 2 == 0  # the NOT NULL columns first (runs of them beside the key), stray NULLs in a few
+    spec = [(sql, lo, hi, nullable) for nullable in (False, True) for sql, lo, hi in INTS] if grouped else \
+        [(sql, lo, hi, nullable) for sql, lo, hi in INTS for nullable in (False, True)]
     cols = [column("BIGINT", "k", 0, nullable=False)]
     cols += [column(sql, f"c{i}", i + 1, nullable=nullable) for i, (sql, _lo, _hi, nullable) in enumerate(spec)]
     cols.append(column("VARCHAR(20) CHARACTER SET utf8mb4", "s", len(cols)))
 
     def image(n: int, nulls: bool) -> list:
-        row = [rng.choice((lo, hi, rng.randrange(lo, hi + 1))) for _sql, lo, hi, _nullable in spec]
+        row = [_number(rng, sql, lo, hi) for sql, lo, hi, _nullable in spec]
         if nulls:
-            row = [None if nullable and rng.random() < 0.3 else v
+            stray = grouped and n // 1000 % 40 == 3  # a few transactions only: the others' runs stay whole
+            row = [None if (nullable and rng.random() < 0.3) or (stray and rng.random() < 0.05) else v
                    for v, (_sql, _lo, _hi, nullable) in zip(row, spec, strict=True)]
         return [n, *row, f"s{n}é"]
 
     out = io.BytesIO()
     with BinlogWriter(out, row_metadata=rng.choice(["FULL", "MINIMAL"]), timestamp=1_700_000_000) as w:
         tm = w.define_table(7, "db", "ints", cols, primary_key=[0])
+        if grouped:  # rows that hold NULL in a NOT NULL column, as no server writes them (the decoder still reads them)
+            w._tables[7].nullable = [i > 0 for i in range(len(cols))]
         for n in range(300):
             count = 1 if rng.random() < 0.7 else rng.randrange(2, 300)
             rows = [image(n * 1000 + i, rng.random() < 0.3) for i in range(count)]
@@ -258,17 +274,18 @@ def _int_binlog(seed: int) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_history_from_integer_arrays_equals_history_from_ints(seed: int) -> None:
     """DecodeOptions.int_arrays (what the lake's decode tasks run with): integer columns (MEDIUMINT included) come as
-    numpy arrays of their stored width, as NullableInts where some images of an event hold NULL; the history built
-    from them equals the one built from Python ints (values, types, conversion counts), and the row tuples still
-    hold Python ints and None."""
+    numpy arrays of their stored width, as NullableArray where some images of an event hold NULL, and runs of NOT
+    NULL ones are cut from one field per image (a NULL there read image by image); the history built from them
+    equals the one built from Python ints (values, types, conversion counts), and the row tuples still hold Python
+    ints and None."""
     import io
 
     import numpy as np
 
-    from binlake.binlog.columnar import NullableInts
+    from binlake.binlog.columnar import NullableArray
     from binlake.binlog.decoder import BinlogDecoder, DecodeOptions, integer_arrays
 
     data = _int_binlog(seed)
@@ -280,7 +297,7 @@ def test_history_from_integer_arrays_equals_history_from_ints(seed: int) -> None
             if type(item) is RowBatch:
                 for side in (item.pairs.before, item.pairs.after):
                     found += sum(type(c) is np.ndarray for c in side or ())
-                    masked += sum(type(c) is NullableInts and not c.valid.all() for c in side or ())
+                    masked += sum(type(c) is NullableArray and not c.valid.all() for c in side or ())
                 items.append(CommittedBatch(item, item.ts, 1))
         return items, found, masked
 
@@ -296,7 +313,7 @@ def test_history_from_integer_arrays_equals_history_from_ints(seed: int) -> None
            for i in arrays for pair in i.batch.pairs]
     assert got == [(i.batch.op, [tuple(image) if image is not None else None for image in pair])
                    for i in plain for pair in i.batch.pairs]
-    assert all(type(v) is int or v is None or type(v) is str
+    assert all(type(v) in (int, float, str) or v is None
                for i in arrays[:50] for pair in i.batch.pairs for image in pair if image for v in image)
     with integer_arrays():
         assert DecodeOptions().int_arrays
