@@ -272,7 +272,7 @@ def _integer_runs(cols: list[_Col], arrays: dict, table: TableMap) -> list[_Col]
     arrays replaced by one column read as one bytes field per image: the event's fields of a run are joined and
     cut into the columns' arrays by numpy (one C-level call per column instead of a Python int per value, then
     a numpy array of them). A NULL in a run (which the server never writes for a NOT NULL column) is read image
-    by image."""
+    by image. The runs' columns leave `arrays` (EventPlan.columns reads them through their run)."""
     out: list[_Col] = []
     run: list[_Col] = []
 

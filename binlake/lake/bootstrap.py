@@ -54,10 +54,6 @@ from .pending import BatchStore
 TEMPORAL = ("date", "datetime", "timestamp", "time")
 METHODS = ("auto", "snapshot", "watermark")
 DEFAULT_PART_ROWS = 100_000  # rows per record batch read and per file written
-# History columns dictionary-encoded in Parquet: the metadata, one value per part (for the integers a third smaller
-# and a little cheaper than plain encoding)
-REPEATED = ["_op", "_binlog_file", "_schema_version", "_gtid", "_file_seq", "_pos", "_sub", "_txn_pos", "_commit_ts",
-            "_batch_id"]
 
 
 class BootstrapError(RuntimeError):
@@ -479,8 +475,10 @@ def stage_part(plan: TablePlan, part: pa.Table, index: int, tm=None) -> Staged:
     """Write one part's history rows (and current-table rows, for tables with a key) as Parquet files."""
     tm = tm or plan.table_map()
     keyed = bool(key_names(tm))
-    history = staging.write_files(plan.history_path, _without_before(part), PARTITION_BY, REPEATED,
-                                  plan.history_codecs) if plan.history_direct else []
+    # binlake's metadata dictionary-encoded (staging.repeated_columns): one value per part here
+    history = staging.write_files(plan.history_path, _without_before(part), PARTITION_BY,
+                                  staging.repeated_columns(part.schema), plan.history_codecs) \
+        if plan.history_direct else []
     current = staging.write_files(plan.current_path, _current_rows(part, tm), codecs=plan.current_codecs) \
         if keyed and plan.current_direct else []
     pieces = []

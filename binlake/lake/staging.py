@@ -549,15 +549,17 @@ def _stats(data: pa.Table) -> str:
     return json.dumps({"numRecords": data.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
-# binlake's integer metadata columns that hold one value per rows event (or per batch)
-_PER_EVENT = frozenset({"_file_seq", "_pos", "_sub", "_txn_pos", "_commit_ts", "_batch_id"})
+# binlake's history metadata holding one value per rows event (or per batch, or per file): text and integers
+# (binlake.lake.history.META_FIELDS; not `_row`, one value per row)
+REPEATED = frozenset({"_op", "_binlog_file", "_gtid", "_schema_version", "_file_seq", "_pos", "_sub", "_txn_pos",
+                      "_commit_ts", "_batch_id"})
 
 
 def repeated_columns(schema: pa.Schema) -> list[str]:
-    """The history columns dictionary-encoded in Parquet: binlake's text metadata and its per-event integers (their
-    runs of one value: files a tenth smaller, read back about 40% faster, written at the same cost)."""
-    return [f.name for f in schema
-            if f.name.startswith("_") and (pa.types.is_string(f.type) or f.name in _PER_EVENT)]
+    """The history columns dictionary-encoded in Parquet: binlake's metadata that repeats (REPEATED: runs of one
+    value, files a tenth smaller, read back about 40% faster, written at the same cost); never a table's own
+    columns, whatever their names."""
+    return [f.name for f in schema if f.name in REPEATED]
 
 
 def _statistics_columns(schema: pa.Schema) -> list[str]:

@@ -102,3 +102,25 @@ def test_columns_snappy_does_not_shrink_are_written_uncompressed_between_measure
         assert got["words"] == got["s.y"] == "SNAPPY", f
         for name in ("noise", "digest", "s.x"):
             assert got[name] == ("SNAPPY" if measured else "UNCOMPRESSED"), (f, name)
+
+
+def test_only_binlakes_repeating_metadata_is_dictionary_encoded(tmp_path) -> None:
+    """History files dictionary-encode binlake's metadata that repeats per event (text and integers), never a
+    table's own columns, even ones whose names start with an underscore, nor `_row` (one value per row)."""
+    n = 2000
+    data = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "_note": pa.array([f"user {i % 3}" for i in range(n)]),  # a table column named like metadata
+        "_op": pa.array(["insert"] * n),
+        "_gtid": pa.array(["0-1-7"] * n),
+        "_pos": pa.array([4 + i // 100 for i in range(n)], pa.int64()),
+        "_row": pa.array([i % 100 for i in range(n)], pa.int32()),
+        "_batch_id": pa.array([3] * n, pa.int64()),
+    })
+    assert staging.repeated_columns(data.schema) == ["_op", "_gtid", "_pos", "_batch_id"]
+    (entry,) = staging.write_files(str(tmp_path), data, None, staging.repeated_columns(data.schema))
+    meta = pq.ParquetFile(tmp_path / entry["path"]).metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema for i in range(meta.num_columns)
+                  if meta.column(i).dictionary_page_offset is not None}
+    assert dictionary == {"_op", "_gtid", "_pos", "_batch_id"}
+    assert pq.read_table(tmp_path / entry["path"]).equals(data)
