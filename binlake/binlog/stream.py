@@ -112,8 +112,12 @@ class EventStream:
         allow_truncated: bool = False,
         start_position: int | None = None,
         reuse_events: bool = False,
+        verify_types: frozenset[int] | None = None,
     ) -> None:
         self.f = fileobj
+        # With verify_checksums, the event types whose CRC32 is verified (None: all). A reader that looks at a few
+        # types only (the DDL scan) leaves the others' to the decoding that reads them.
+        self.verify_types = verify_types
         # The fast lane yields one RawEvent, refilled for each event, instead of a new one per event: for a consumer
         # that is done with each event before asking for the next (the decoder).
         self.reuse_events = reuse_events
@@ -220,6 +224,8 @@ class EventStream:
         known = len(self.fde.post_header)
         has_crc = self.fde.has_crc
         verify = self.verify
+        verify_types = self.verify_types
+        every_crc = verify_types is None
         view_of, view = None, None  # a memoryview of the buffer, made once per buffer (for the CRC32s)
         plain = _plain_types(known)
         while True:
@@ -251,7 +257,8 @@ class EventStream:
                     end = off + size
                     if (etype not in plain or end > buf_len or size < min_size or size > max_size
                             or (log_pos != base + end and local and (log_pos or zero_bad))
-                            or (check_crc and crc32(view[off:end]) != residue)):
+                            or (check_crc and (every_crc or etype in verify_types)
+                                and crc32(view[off:end]) != residue)):
                         break
                     last = etype
                     if reuse:
@@ -361,7 +368,7 @@ class EventStream:
                     body_end = end - 4
                     if body_end < off + HEADER_LEN:
                         raise CorruptEvent(f"event length {size} leaves no room for its checksum", name, pos)
-                    if verify:
+                    if verify and (every_crc or etype in verify_types):
                         stored = crc_unpack(buf, body_end)[0]
                         if view_of is not buf:
                             view_of, view = buf, memoryview(buf)

@@ -27,7 +27,7 @@ from ..binlog.constants import ColumnType as T
 from ..binlog.tablemap import TableMap
 from ..schema.model import TableDef
 from .convert import TEMPORAL as TEMPORAL_KINDS
-from .convert import UINT64_DECIMAL, ConversionStats, _temporal, arrow_type
+from .convert import UINT64_DECIMAL, ConversionStats, _temporal, arrow_type, np_array
 from .history import US_PER_DAY
 
 try:  # optional at import time: without it every table takes the row-by-row reader
@@ -252,7 +252,7 @@ def snapshot_history(values: dict, tm: TableMap, file: str, pos: int, read_at: i
         "_file_seq": _repeat_int(file_seq, n, pa.int64()),
         "_pos": _repeat_int(pos, n, pa.int64()),
         "_sub": _repeat_int(0, n, pa.int64()),
-        "_row": pa.array(np.arange(first_row, first_row + n, dtype=np.int32)),
+        "_row": np_array(np.arange(first_row, first_row + n, dtype=np.int32)),
         "_txn_pos": _repeat_int(pos, n, pa.int64()),
         "_commit_ts": _repeat_int(commit_us, n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         "_gtid": pa.nulls(n, pa.string()),
@@ -273,4 +273,4 @@ def _repeat_text(value: str, n: int) -> pa.Array:
 
 
 def _repeat_int(value: int, n: int, typ: pa.DataType) -> pa.Array:
-    return pa.array(np.full(n, value, dtype=np.int32 if typ == pa.int32() else np.int64), typ)
+    return np_array(np.full(n, value, dtype=np.int32 if typ == pa.int32() else np.int64))

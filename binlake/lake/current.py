@@ -20,14 +20,14 @@ from ..binlog.tablemap import TableMap
 from ..schema.binlog_types import table_map_for
 from ..schema.evolve import column_mapping, default_value
 from ..schema.model import TableDef, expression_key
-from .convert import arrow_type
+from .convert import arrow_type, np_array
 from .crashpoints import crash_point
 from .engines import DELETED, SEQ, ColumnChange, tombstone_path
 from .engines.mergeplan import NewestPerKey, int_key, last_of_each
 from .engines.schema_change import apply_changes
 from .engines.schema_change import plan as plan_schema
 from .generated import Untranslatable, compile_expression
-from .history import META_NAMES, np_array
+from .history import META_NAMES
 from .netbuckets import BucketedNet, BucketWriter, bucket_count, bucketer, range_bounds, sample_of, single_int_key
 from .staging import (
     StagedSegment,

@@ -20,7 +20,7 @@ from ..binlog.coltypes import value_kind
 from ..binlog.columnar import ColumnarPairs, NullableArray
 from ..binlog.tablemap import TableMap
 from ..binlog.vectorized import DecimalColumn, TextColumn
-from .convert import TEXT_KINDS, ConversionStats, arrow_type, from_texts, to_arrow, to_text
+from .convert import TEXT_KINDS, ConversionStats, arrow_type, from_texts, np_array, to_arrow, to_text
 
 META_FIELDS = [
     pa.field("_op", pa.string(), nullable=False),
@@ -49,21 +49,6 @@ class CommittedBatch:
     batch: Any  # binlake.binlog.decoder.RowBatch (or anything with its attributes)
     commit_ts: int
     file_seq: int
-
-
-def np_array(values: np.ndarray, typ: pa.DataType | None = None) -> pa.Array:
-    """pa.array(values[, typ]) for a 1-D numpy array of numbers or booleans (no NULLs): the same array, built from
-    its buffer, without pa.array's check for numpy masked arrays, whose import (numpy.ma, about 15 ms of CPU) is
-    otherwise most of a small batch's conversion cost."""
-    kind = values.dtype.kind
-    if values.ndim != 1 or kind not in "biuf" or not values.dtype.isnative:
-        return pa.array(values, typ)
-    own = pa.from_numpy_dtype(values.dtype)
-    if typ is not None and typ != own:
-        return pa.array(values, typ)
-    if kind == "b":
-        return pa.Array.from_buffers(own, len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
-    return pa.Array.from_buffers(own, len(values), [None, pa.py_buffer(np.ascontiguousarray(values))])
 
 
 def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: ConversionStats, text: bool = False
@@ -175,7 +160,7 @@ def _int_arrays(parts: list, col) -> pa.Array | None:
     if not any(type(p) is NullableArray for p in parts):
         return np_array(values)
     valid = np.concatenate([p.valid if type(p) is NullableArray else np.ones(len(p), bool) for p in parts])
-    return pa.array(values, pa.from_numpy_dtype(values.dtype), mask=~valid)
+    return np_array(values, valid=valid)
 
 
 def _decimals(parts: list, typ: pa.DataType, col, where: str, stats: ConversionStats) -> pa.Array:

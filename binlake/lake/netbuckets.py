@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from .convert import np_array
 from .engines.base import DELETED, SEQ
 from .engines.mergeplan import NewestPerKey
 
@@ -92,7 +93,8 @@ def range_bounds(samples: list[np.ndarray], count: int) -> np.ndarray:
     if not len(values):
         return np.zeros(0, dtype=np.int64)
     at = (np.arange(1, count, dtype=np.int64) * len(values)) // count
-    return np.unique(values[at])
+    cuts = values[at]  # sorted: the distinct ones without np.unique (whose masked-array check imports numpy.ma)
+    return cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))] if len(cuts) else cuts
 
 
 def sample_of(keys: np.ndarray, total: int) -> np.ndarray:
@@ -144,7 +146,7 @@ class BucketWriter:
         ids = self.assign(rows)
         order = np.argsort(ids, kind="stable")
         counts = np.bincount(ids, minlength=self.count)
-        ranked = rows.take(pa.array(order)) if not bool(np.all(order[1:] > order[:-1])) else rows
+        ranked = rows.take(np_array(order)) if not bool(np.all(order[1:] > order[:-1])) else rows
         at = 0
         for i in np.flatnonzero(counts).tolist():
             part = ranked.slice(at, int(counts[i]))

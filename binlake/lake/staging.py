@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -187,8 +186,7 @@ def _dated(data: pa.Table | pa.RecordBatch, piece: dict, columns: list[str] | No
     date = piece.get("commit_date")
     if date is None or DATE in data.schema.names or (columns is not None and DATE not in columns):
         return data
-    days = (dt.date.fromisoformat(date) - dt.date(1970, 1, 1)).days
-    value = pa.array(np.full(data.num_rows, days, np.int32)).cast(pa.date32())
+    value = pa.repeat(pa.scalar(dt.date.fromisoformat(date), pa.date32()), data.num_rows)
     at = len(data.schema.names) if columns is not None else min(piece.get("date_at", 1 << 30), data.num_columns)
     cols, names = list(data.columns), list(data.schema.names)
     cols.insert(at, value)

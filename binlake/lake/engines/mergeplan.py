@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..history import np_array
+from ..convert import np_array
 from .base import DELETED, SEQ, MergeInputError
 
 ClauseKind = Literal["matched_delete", "matched_update", "not_matched_insert"]
