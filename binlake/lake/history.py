@@ -69,9 +69,12 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
     k = len(tm.columns)
     rows: list[list] = [[] for _ in range(k)]  # per column: each event's values of the row after the change
     befores: list[list] = [[] for _ in range(k)]  # per column: each update's before-image values
-    has_before: list[np.ndarray] = []  # per event: which of its rows have a before image
+    # Per run of events: whether its rows have a before image (a bool for all of them, or an array per row).
+    has_before: list[bool | np.ndarray] = []
+    run_starts: list[int] = []  # the index of each run's first event
     i = 0
     while i < len(batches):
+        run_starts.append(i)
         i, main, before, present = _run_columns(batches, i, k, tm.qualified_name)
         for out, col in zip(rows, main, strict=True):
             out.append(col)
@@ -89,7 +92,7 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
 
     columns = {col.key: convert(rows[col.index], n, col) for col in tm.columns}
     before_fields = [pa.field(col.key, pa.string() if col.index in as_text else arrow_type(col)) for col in tm.columns]
-    per_row = np.concatenate(has_before) if has_before else np.zeros(0, bool)
+    per_row = _per_row(has_before, np.add.reduceat(counts, run_starts) if run_starts else counts)
     if per_row.all() and n:
         # Every row has a before image (updates only): the images are the struct's rows as they are, and a column
         # the updates left as it was (the decoder hands the same values) is the after column's array again.
@@ -116,17 +119,19 @@ _NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int
 
 def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.Array:
     """One column of the events (`parts`: each event's value sequence; n values in all) as an Arrow array."""
-    if any(type(p) is np.ndarray or type(p) is NullableArray for p in parts):
-        arr = _int_arrays(parts, col)
+    kinds = set(map(type, parts))  # one pass over the events' parts (a table of wide rows has many events)
+    if np.ndarray in kinds or NullableArray in kinds:
+        arr = _int_arrays(parts, col, kinds)
         if arr is not None:
             return arr
         # with lists (an event decoded row by row): value by value
         parts = [p.tolist() if type(p) is np.ndarray or type(p) is NullableArray else p for p in parts]
-    if any(type(p) is TextColumn for p in parts):
+        kinds = set(map(type, parts))
+    if TextColumn in kinds:
         arr = from_texts(parts, col, where, stats)
         if arr is not None:
             return arr
-    if any(type(p) is DecimalColumn for p in parts):
+    if DecimalColumn in kinds:
         typ = arrow_type(col)
         if pa.types.is_decimal(typ):
             return _decimals(parts, typ, col, where, stats)
@@ -144,20 +149,20 @@ def _column(parts: list, n: int, col, where: str, stats: ConversionStats) -> pa.
     return to_arrow(list(chain.from_iterable(parts)), col, where, stats)
 
 
-def _int_arrays(parts: list, col) -> pa.Array | None:
+def _int_arrays(parts: list, col, kinds: set[type]) -> pa.Array | None:
     """An integer column the decoder gave as numpy arrays in every event (DecodeOptions.int_arrays; NullableArray
     where some images hold NULL) as the array of its Arrow type: the values as they are, each array's width and
     signedness fitting that type's (a wider type holds them all). None: some event gave a list, or the type is
-    not a plain integer."""
+    not a plain integer. `kinds`: the types of the parts."""
     dtype = _NUMPY.get(arrow_type(col))
-    if dtype is None:
+    if dtype is None or not kinds <= {np.ndarray, NullableArray}:
         return None
-    arrays = [p.values if type(p) is NullableArray else p for p in parts]
-    if not all(type(a) is np.ndarray for a in arrays) or \
-            not all(np.can_cast(t, dtype) for t in {a.dtype for a in arrays}):
+    arrays = [p.values for p in parts] if np.ndarray not in kinds else \
+        [p.values if type(p) is NullableArray else p for p in parts] if NullableArray in kinds else parts
+    if not all(np.can_cast(t, dtype) for t in {a.dtype for a in arrays}):
         return None
     values = (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)).astype(dtype, copy=False)
-    if not any(type(p) is NullableArray for p in parts):
+    if NullableArray not in kinds:
         return np_array(values)
     valid = np.concatenate([p.valid if type(p) is NullableArray else np.ones(len(p), bool) for p in parts])
     return np_array(values, valid=valid)
@@ -186,7 +191,15 @@ def _same(after: list, before: list) -> bool:
                for a, b in zip(after, before, strict=True))
 
 
-def _run_columns(batches: list, i: int, k: int, where: str) -> tuple[int, list, list | None, np.ndarray]:
+def _per_row(flags: list[bool | np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """Per row, whether it has a before image, from each run's flag (`rows` rows each)."""
+    if np.ndarray not in set(map(type, flags)):
+        return np.repeat(np.array(flags, bool), rows)
+    return np.concatenate([f if type(f) is np.ndarray else np.full(int(r), f, bool)
+                           for f, r in zip(flags, rows, strict=True)])
+
+
+def _run_columns(batches: list, i: int, k: int, where: str) -> tuple[int, list, list | None, bool | np.ndarray]:
     """The columns of batches[i] as _event_columns gives them, and the index of the next batch; when the events
     that follow were converted together with it (the decoder's groups of small rows events: ColumnarPairs.span),
     at the places that follow, their columns come with it in one slice each rather than one per event."""
@@ -213,13 +226,13 @@ def _run_columns(batches: list, i: int, k: int, where: str) -> tuple[int, list, 
         raise ValueError(f"{where}: row images do not all have the table map's {k} columns")
     main = [c[at:end] for c in main]
     if op == "update" and whole_before is not None:
-        return j, main, [c[at:end] for c in whole_before], np.ones(end - at, bool)
-    return j, main, None, np.zeros(end - at, bool)
+        return j, main, [c[at:end] for c in whole_before], True
+    return j, main, None, False
 
 
-def _event_columns(batch: Any, k: int, where: str) -> tuple[list, list | None, np.ndarray]:
+def _event_columns(batch: Any, k: int, where: str) -> tuple[list, list | None, bool | np.ndarray]:
     """One rows event as columns: the rows after the change (the deleted rows for deletes), the before images of
-    an update (None otherwise) and, per row, whether it has a before image.
+    an update (None otherwise) and whether its rows have a before image (a bool for all, else per row).
 
     The columnar decoder hands its columns over (no row tuples are built); other events' row images are
     transposed here."""
@@ -232,11 +245,11 @@ def _event_columns(batch: Any, k: int, where: str) -> tuple[list, list | None, n
         if len(main) != k:
             raise ValueError(f"{where}: row images do not all have the table map's {k} columns")
         if update and before is not None:
-            return main, before, np.ones(n, bool)
-        return main, None, np.zeros(n, bool)
+            return main, before, True
+        return main, None, False
     main = _transpose([a if a is not None else b for b, a in pairs], k, where)
     if not update:
-        return main, None, np.zeros(n, bool)
+        return main, None, False
     # An update without a before image (partial JSON, MINIMAL image): no before values for that row.
     present = np.fromiter((b is not None for b, _ in pairs), bool, n)
     return main, _transpose([b for b, _ in pairs if b is not None], k, where), present

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -148,7 +148,9 @@ class BatchStore:
         tmp = path + ".tmp"
         self.fs.create_dir(self._path(pb.batch), recursive=True)
         with self.fs.open_output_stream(tmp) as f:
-            f.write(json.dumps(asdict(pb), indent=1, default=str).encode())
+            # vars, not asdict (whose deep copy of every manifest and figure cost more than the file), and json's C
+            # encoder (an indent would take the Python one): saved several times per batch.
+            f.write(json.dumps(vars(pb), default=str, separators=(",", ":")).encode())
         self.fs.move(tmp, path)
 
     def write_data(self, batch: int, histories: dict[str, pa.Table], table_maps: dict[str, Any]) -> dict[str, str]:
