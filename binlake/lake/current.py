@@ -32,6 +32,7 @@ from .netbuckets import BucketedNet, BucketWriter, bucket_count, bucketer, range
 from .staging import (
     StagedSegment,
     in_bounds_all,
+    merge_inputs_kept,
     net_bucket_folder,
     read_net,
     read_piece,
@@ -187,6 +188,9 @@ def staged_merge_input(stage: str, info: dict, versions: dict, entry: str | None
         columns = [*(f.name for f in current_schema(tm)), "_file_seq", "_pos", "_op"]  # what merge_input reads
         pieces = sorted(seg.pieces, key=lambda p: (p["min_seq"], p["path"]))
         count = bucket_count(seg.num_rows)
+        if count > 1 and all(in_bounds_all(p, seg.lo, seg.hi) for p in pieces) and \
+                merge_inputs_kept(stage, pieces, keys):
+            count = 1  # their net changes are in memory already (within MERGE_INPUT_BYTES): reduced here, no buckets
         if count > 1:  # many changes: reduced and merged a bucket of keys at a time (binlake.lake.netbuckets)
             bounds = None
             if single_int_key(seg.schema, keys):

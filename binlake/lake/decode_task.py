@@ -25,6 +25,7 @@ from .convert import ConversionStats
 from .current import key_names, merge_input
 from .history import CommittedBatch, history_table, with_commit_ts
 from .staging import (
+    ColumnCodecs,
     delete_piece,
     keep_merge_input,
     merge_input_room,
@@ -220,6 +221,7 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     runs: dict[str, list[list]] = {}  # table -> [version, first seq, last seq] in binlog order
     built: dict[int, list[pa.Table]] = {}  # id(table map) -> history pieces already converted
     written: dict[int, list[dict]] = {}  # id(table map) -> manifests of the pieces written to `stage`, in order
+    codecs: dict[str, ColumnCodecs] = {}  # table -> which of its columns snappy pays for (learned from its pieces)
     held = 0  # committed rows not yet converted
     reported = result.end
     limit = (KEEP_BYTES if keep_bytes is None else keep_bytes) if stage is not None else None
@@ -240,7 +242,8 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
         kept in memory in process (binlake.lake.staging.keep_merge_input), written beside the piece away from the
         driver (write_net)."""
         manifest = write_piece(stage, maps[key].qualified_name, file_seq, result.start, spill.n, piece,
-                               key_names(maps[key]) if maps[key].primary_key else None)
+                               key_names(maps[key]) if maps[key].primary_key else None,
+                               codecs.setdefault(maps[key].qualified_name, ColumnCodecs()))
         written.setdefault(key, []).append(manifest)
         spill.n += 1
         away = keep_bytes is None  # a task away from the driver (a Spark executor): the net changes go beside it

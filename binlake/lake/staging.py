@@ -69,9 +69,10 @@ def _seqs(table: pa.Table) -> pa.ChunkedArray:
 
 
 def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, rows: pa.Table,
-                keys: list[str] | None = None) -> dict:
+                keys: list[str] | None = None, codecs: ColumnCodecs | None = None) -> dict:
     """Write one piece (rows of one table and schema version of one range) and return its manifest entry. With
-    the table's `keys`, the entry also says how many of its updates changed the key (`moved_keys`, moved_keys())."""
+    the table's `keys`, the entry also says how many of its updates changed the key (`moved_keys`, moved_keys()).
+    `codecs`: the table's ColumnCodecs, which learns from the pieces written which columns snappy pays for."""
     fs, root = _fs(stage)
     rel = f"{quote(table_name, safe='')}/{file_seq}-{start}-{n}.parquet"
     path = f"{root.rstrip('/')}/{rel}"
@@ -88,8 +89,14 @@ def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, 
         # Rows of one commit date: the piece is written as a history data file of that date would be (no
         # partition column, write_files' settings), so the history append can link it into the table as is.
         body = rows.drop_columns([DATE])
-        pq.write_table(body, tmp, filesystem=fs, compression=COMPRESSION, use_dictionary=repeated,
-                       write_statistics=_statistics_columns(body.schema))
+        measuring = codecs is not None and codecs.measuring()
+        written: list[pq.FileMetaData] = []
+        pq.write_table(body, tmp, filesystem=fs, use_dictionary=repeated,
+                       compression=codecs.compression(body.column_names) if codecs is not None and not measuring
+                       else COMPRESSION,
+                       write_statistics=_statistics_columns(body.schema), metadata_collector=written)
+        if codecs is not None:
+            codecs.learn(written[0], measuring)
     fs.move(tmp, path)  # a retried task replaces the file whole
     seq = pc.min_max(_seqs(rows)).as_py() if rows.num_rows else {"min": 0, "max": 0}
     versions = rows.column("_schema_version")
@@ -380,6 +387,11 @@ def keep_merge_input(stage: str, piece: dict, keys: list[str], rows: pa.Table) -
         return False
     _merge_inputs[piece_location(stage, piece)] = (list(keys), rows)
     return True
+
+
+def merge_inputs_kept(stage: str, pieces: list[dict], keys: list[str]) -> bool:
+    """Whether the merge input of every one of these pieces is kept (keep_merge_input) with these key names."""
+    return all(_merge_inputs.get(piece_location(stage, p), (None,))[0] == keys for p in pieces)
 
 
 def take_merge_input(stage: str, piece: dict, keys: list[str]) -> pa.Table | None:
