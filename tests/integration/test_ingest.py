@@ -585,3 +585,78 @@ def test_staged_merge_takes_the_merge_inputs_kept_at_decode(source, tmp_path, mo
     assert [r["id"] for r in kept[0]] == sorted(server_rows(server, "kept"))
     assert len(kept_reads) < len(reads)  # some pieces were not read back
     assert not staging._merge_inputs  # every kept input taken or dropped with its stage
+
+
+def test_a_large_segment_whose_net_changes_were_kept_is_reduced_without_buckets(source, tmp_path, monkeypatch) -> None:
+    """A staged segment of more history rows than one bucket of net changes holds is split into key buckets on
+    disk, unless this process kept the merge input of every one of its pieces from decoding: those are reduced in
+    memory, no bucket written. Both ways give the same lake (current rows with `_seq`, tombstones of deleted and
+    moved keys, history), equal to the server; transactions of one row and of many, key moves and deletes."""
+    import re
+
+    from binlake.lake import current as current_module
+    from binlake.lake import decode_task, netbuckets, staging
+    from binlake.lake.ingest import GatesOff
+
+    server = source
+    first_file = server.binlog_files()[-1].name
+    rng = random.Random(4242)
+    ids = list(range(1, 120))
+    with server.connect(DB) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE netkept (id INT PRIMARY KEY, v VARCHAR(30), n BIGINT NULL)")
+        cur.execute("INSERT INTO netkept VALUES " + ", ".join(f"({i}, 'v{i}', {i * 7})" for i in ids))
+        conn.commit()
+        for t in range(12):
+            for _ in range(rng.randrange(1, 25)):
+                roll = rng.random()
+                if roll < 0.4:
+                    cur.execute(f"UPDATE netkept SET v = 'u{t}', n = NULL WHERE id = {rng.choice(ids)}")
+                elif roll < 0.6:
+                    old, new = rng.choice(ids), rng.randrange(1000, 100_000)
+                    if new not in ids:
+                        ids[ids.index(old)] = new
+                        cur.execute(f"UPDATE netkept SET id = {new} WHERE id = {old}")
+                elif roll < 0.75 and len(ids) > 10:
+                    cur.execute(f"DELETE FROM netkept WHERE id = {ids.pop(rng.randrange(len(ids)))}")
+                else:
+                    new = rng.randrange(100_000, 200_000)
+                    if new not in ids:
+                        ids.append(new)
+                        cur.execute(f"INSERT INTO netkept VALUES ({new}, 'i{t}', {t})")
+            conn.commit()
+        cur.execute("UPDATE netkept SET n = COALESCE(n, 0) + 1")  # one transaction over every row
+        conn.commit()
+    files = [str(f) for f in server.flush_logs() if str(f) >= str(server.binlog_dir / first_file)]
+    opts = dict(files=files, databases={DB}, tables=re.compile(r"\.netkept$"), quality=GatesOff())
+    monkeypatch.setattr(decode_task, "KEEP_BYTES", 0)  # every piece staged
+    monkeypatch.setattr(decode_task, "FLUSH_ROWS", 9)
+    monkeypatch.setattr(netbuckets, "NET_BUCKET_ROWS", 40)  # the segment is several buckets' worth
+    writers = []
+
+    class CountedWriter(netbuckets.BucketWriter):
+        def __init__(self, *args, **kwargs) -> None:
+            writers.append(args[1])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(current_module, "BucketWriter", CountedWriter)
+
+    def state(lake) -> tuple:
+        engine, layout = get_engine(), LakeLayout(str(lake))
+        current = sorted(engine.read(layout.current_path(DB, "netkept")).to_pylist(), key=lambda r: r["id"])
+        tombstones = sorted(map(str, engine.read(layout.current_path(DB, "netkept") + "/_binlake_tombstones")
+                                .to_pylist()))
+        history = engine.read(layout.history_path(DB, "netkept", 1)).sort_by([("_pos", "ascending"),
+                                                                              ("_row", "ascending")]).to_pylist()
+        return current, tombstones, history
+
+    run_ingest(IngestOptions(lake=str(tmp_path / "kept"), **opts))
+    assert writers == []  # reduced in memory
+    monkeypatch.setattr(staging, "MERGE_INPUT_BYTES", 0)  # nothing kept: the pieces are bucketed
+    run_ingest(IngestOptions(lake=str(tmp_path / "bucketed"), **opts))
+    assert writers  # the same segment went through key buckets
+    kept, bucketed = state(tmp_path / "kept"), state(tmp_path / "bucketed")
+    assert kept == bucketed
+    assert {r["id"]: (r["v"], r["n"]) for r in kept[0]} == \
+        {i: (r["v"], r["n"]) for i, r in server_rows(server, "netkept").items()}
+    assert kept[1]  # deleted and moved keys left tombstones
+    assert not staging._merge_inputs

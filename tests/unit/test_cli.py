@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import platform
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +192,30 @@ def test_the_process_command_ends_its_process_once_the_exit_handlers_ran(as_proc
     else:
         assert done.returncode == 99
         assert done.stdout == f"buffered returned {expected}\nhandler frozen=False"
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
+def test_ingest_keeps_freed_blocks_under_4_mib_for_reuse_and_still_maps_larger_ones() -> None:
+    """After _keep_freed_memory (ingest, bootstrap), a 2 MiB block comes from the heap (no new mmap'd block, so
+    freeing it returns nothing to the kernel) while an 8 MiB one is still mmap'd (and given back when freed)."""
+    probe = """
+import ctypes
+from binlake.cli import _keep_freed_memory
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = Info
+def mapped(n):
+    before = mallinfo2().hblks
+    block = bytearray(n)
+    return mallinfo2().hblks - before
+print(mapped(2 << 20), mapped(8 << 20))
+_keep_freed_memory()
+print(mapped(2 << 20), mapped(8 << 20))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out[2:] == ["0", "1"], out  # kept under 4 MiB, mapped above
+    assert out[1] == "1"  # 8 MiB blocks are mmap'd either way: the probe sees mappings
