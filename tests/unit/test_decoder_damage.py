@@ -25,6 +25,7 @@ from binlake.testing.binlog_damage import (
 from tests.conftest import SHARED_BINLOGS
 
 GTID_FILE = SHARED_BINLOGS / "Meituan-Dianping__MyFlash/haha.000041"  # 7 single-row inserts, CRC32, ROTATE
+DDL_FILE = SHARED_BINLOGS / "rusuly__MySqlCdc/mysql-bin.000001"  # two DDL, then inserts; CRC32
 NO_FIXTURES = pytest.mark.skipif(not GTID_FILE.exists(), reason=f"fixture binlogs not found at {SHARED_BINLOGS}")
 
 
@@ -292,3 +293,34 @@ def test_rows_event_turned_into_an_incident_inside_a_transaction_is_corrupt() ->
     real = SHARED_BINLOGS / "blackbeam__rust_mysql_common/bug40482-bin.000001"
     kinds = [r.kind for r in decode(real.read_bytes(), all_events=True)]
     assert "incident" in kinds
+
+
+@NO_FIXTURES
+def test_the_ddl_scan_checksums_the_events_it_reads_and_leaves_rows_events_to_the_decode(tmp_path) -> None:
+    """statement_records (the DDL scan before decoding) verifies the CRC32 of the events it decodes (QUERY) but
+    not of rows events, which the decode of the same file verifies: a damaged rows event passes the scan unchanged
+    and fails the decode at its position; a damaged QUERY event fails the scan at its position."""
+    data = DDL_FILE.read_bytes()
+    evs = events(data)
+    row = next(ev for ev in evs if ev.type == 30)
+    query = next(ev for ev in evs if ev.type == 2 and ev.pos == 219)  # the CREATE TABLE
+
+    def scan(blob: bytes) -> list:
+        path = tmp_path / "scanned.000001"
+        path.write_bytes(blob)
+        decoder = BinlogDecoder(DecodeOptions(commits=True, databases=set(), allow_truncated=True))
+        return [(r.kind, r.pos) for r in decoder.statement_records([path])]
+
+    clean = scan(data)
+    assert ("ddl", 219) in clean
+    damaged_rows = bytearray(data)
+    damaged_rows[row.pos + 19 + 3] ^= 0xFF  # the rows event's table id, CRC32 left as it was
+    assert scan(bytes(damaged_rows)) == clean
+    with pytest.raises(ChecksumMismatch) as err:
+        decode(bytes(damaged_rows))
+    assert err.value.pos == row.pos
+    damaged_query = bytearray(data)
+    damaged_query[query.pos + query.size - 5] ^= 0xFF  # the QUERY's last byte before its CRC32
+    with pytest.raises(ChecksumMismatch) as err:
+        scan(bytes(damaged_query))
+    assert err.value.pos == query.pos
