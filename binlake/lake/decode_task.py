@@ -11,7 +11,7 @@ import io
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,26 +156,39 @@ def decode_range(path: str, name: str, file_seq: int, start: int | None, stop: i
 
 def in_process(tasks: list, decode: Callable[..., RangeResult], stage: str | None) -> list[RangeResult]:
     """Run decode tasks one after the other in this process: `decode(task, keep_bytes)` decodes one with the bytes
-    of history it may still hold as Arrow. Together the results hold at most KEEP_BYTES of it; past that (or with
-    no `stage`, never) they are staged: every result's history is then written to `stage` as Parquet pieces, so
-    the later stages read it piece by piece."""
+    of history it may still hold as Arrow. Together the results hold at most KEEP_BYTES of it (past that, a range
+    writes its pieces to `stage` as it goes). Then, with a `stage`, every result's history is staged: written once,
+    as the Parquet pieces the history append links into the table as they are, each piece's merge input kept in
+    memory for the merge (binlake.lake.staging). Without one, the history stays Arrow in the results."""
     out: list[RangeResult] = []
     held = 0
     for task in tasks:
         res = decode(task, max(0, KEEP_BYTES - held) if stage is not None else None)
         held += sum(t.nbytes for tr in res.tables.values() for t in tr.history)
         out.append(res)
-    if stage is not None and any(tr.staged for res in out for tr in res.tables.values()):
+    if stage is not None:
+        codecs: dict[str, ColumnCodecs] = {}
         for res in out:
-            stage_history(res, stage)
+            stage_history(res, stage, codecs)
     return out
 
 
-def stage_history(res: RangeResult, stage: str) -> None:
-    """Write a result's in-memory history rows to the stage (each table result then carries manifests only)."""
+def stage_history(res: RangeResult, stage: str, codecs: dict[str, ColumnCodecs] | None = None) -> None:
+    """Write a result's in-memory history rows to the stage, a piece per schema version (each table result then
+    carries manifests only), keeping each keyed piece's merge input (binlake.lake.current.merge_input) for the
+    merge while the budget allows. `codecs`: per table, what its pieces learned of their columns' compression."""
+    codecs = {} if codecs is None else codecs
     for name, tr in res.tables.items():
         for n, rows in enumerate(tr.history):
-            tr.staged.append(write_piece(stage, name, res.file_seq, res.start, f"r{n}", rows))
+            version = rows.column("_schema_version")[0].as_py() if rows.num_rows else None
+            tm = tr.versions.get(version, tr.table_map)
+            keys = key_names(tm) if tm is not None and tm.primary_key else None
+            manifest = write_piece(stage, name, res.file_seq, res.start, f"r{n}", rows, keys,
+                                   codecs.setdefault(name, ColumnCodecs()))
+            tr.staged.append(manifest)
+            if keys and merge_input_room():
+                with suppress(Exception):  # the merge computes it again from the piece, and reports the error
+                    keep_merge_input(stage, manifest, keys, merge_input(rows, tm))
         tr.history = []
 
 
