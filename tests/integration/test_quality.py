@@ -517,9 +517,28 @@ def test_statement_dml_is_attributed_to_the_tables_it_writes(query, session_db, 
 
 
 def _tamper_history(store: BatchStore, pb, change) -> None:
-    maps = store.read_table_maps(pb)
-    histories = {name: change(store.read_history(pb, name)) for name in pb.tables}
-    store.write_data(pb.batch, histories, maps)
+    """Rewrite the batch's decoded history as its intermediate files hold it: each staged piece (written aside and
+    renamed over it, so the history table's data file linked from it keeps its rows) and, for rows kept in the
+    pending batch, that copy; the merge inputs kept in memory from decoding are dropped with them."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from binlake.lake.staging import forget_merge_inputs, piece_location
+
+    stage = store.stage(pb.batch)
+    forget_merge_inputs(stage)
+    histories = {}
+    for name, info in pb.tables.items():
+        if "staged" not in info:
+            histories[name] = change(store.read_history(pb, name))
+            continue
+        for piece in info["staged"]:
+            path = piece_location(stage, piece)
+            pq.write_table(change(pq.read_table(path)), path + ".tampered")
+            os.replace(path + ".tampered", path)
+    if histories:
+        store.write_data(pb.batch, histories, store.read_table_maps(pb))
 
 
 def _set(table: pa.Table, column: str, values: list) -> pa.Table:
