@@ -11,7 +11,7 @@ import io
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -178,18 +178,35 @@ def stage_history(res: RangeResult, stage: str, codecs: dict[str, ColumnCodecs] 
     carries manifests only), keeping each keyed piece's merge input (binlake.lake.current.merge_input) for the
     merge while the budget allows. `codecs`: per table, what its pieces learned of their columns' compression."""
     codecs = {} if codecs is None else codecs
-    for name, tr in res.tables.items():
+    for tr in res.tables.values():
         for n, rows in enumerate(tr.history):
             version = rows.column("_schema_version")[0].as_py() if rows.num_rows else None
-            tm = tr.versions.get(version, tr.table_map)
-            keys = key_names(tm) if tm is not None and tm.primary_key else None
-            manifest = write_piece(stage, name, res.file_seq, res.start, f"r{n}", rows, keys,
-                                   codecs.setdefault(name, ColumnCodecs()))
-            tr.staged.append(manifest)
-            if keys and merge_input_room():
-                with suppress(Exception):  # the merge computes it again from the piece, and reports the error
-                    keep_merge_input(stage, manifest, keys, merge_input(rows, tm))
+            tr.staged.append(_stage_piece(stage, tr.versions.get(version, tr.table_map), res.file_seq, res.start,
+                                          f"r{n}", rows, codecs, away=False))
         tr.history = []
+
+
+def _stage_piece(stage: str, tm, file_seq: int, start: int, n: int | str, rows: pa.Table,
+                 codecs: dict[str, ColumnCodecs], away: bool) -> dict:
+    """Write a history piece of table map `tm` to the stage (binlake.lake.staging.write_piece; `codecs`: per table,
+    what its pieces learned of their columns' compression) and return its manifest. A keyed piece's merge input is
+    computed now, from the rows at hand, for the merge of this batch to take rather than read the piece back:
+    written beside the piece when `away` from the driver (write_net), kept in memory in process while the budget
+    allows (keep_merge_input)."""
+    keys = key_names(tm) if tm.primary_key else None
+    manifest = write_piece(stage, tm.qualified_name, file_seq, start, n, rows, keys,
+                           codecs.setdefault(tm.qualified_name, ColumnCodecs()))
+    if not keys or not (away or merge_input_room()):
+        return manifest
+    try:
+        net = merge_input(rows, tm)
+    except Exception:  # the merge computes it again from the piece, and reports the error
+        return manifest
+    if away:
+        write_net(stage, manifest, net)
+    else:
+        keep_merge_input(stage, manifest, keys, net)
+    return manifest
 
 
 def tracked_executor(report: Callable[[int, int], None]) -> Callable:
@@ -250,26 +267,11 @@ def _decode_range(path: str, name: str, file_seq: int, start: int | None, stop: 
     pending_rows = 0
 
     def write(key: int, piece: pa.Table) -> None:
-        """A committed history piece written to the stage (its manifest kept in binlog order). Its merge input is
-        computed now, from the rows at hand, for the merge of this batch to take rather than read the piece back:
-        kept in memory in process (binlake.lake.staging.keep_merge_input), written beside the piece away from the
-        driver (write_net)."""
-        manifest = write_piece(stage, maps[key].qualified_name, file_seq, result.start, spill.n, piece,
-                               key_names(maps[key]) if maps[key].primary_key else None,
-                               codecs.setdefault(maps[key].qualified_name, ColumnCodecs()))
-        written.setdefault(key, []).append(manifest)
+        """A committed history piece written to the stage, its manifest kept in binlog order (_stage_piece; away
+        from the driver, keep_bytes None: a Spark executor)."""
+        written.setdefault(key, []).append(_stage_piece(stage, maps[key], file_seq, result.start, spill.n, piece,
+                                                        codecs, away=keep_bytes is None))
         spill.n += 1
-        away = keep_bytes is None  # a task away from the driver (a Spark executor): the net changes go beside it
-        if not maps[key].primary_key or not (away or merge_input_room()):
-            return
-        try:
-            rows = merge_input(piece, maps[key])
-        except Exception:  # the merge computes it again from the piece, and reports the error
-            return
-        if away:
-            write_net(stage, manifest, rows)
-        else:
-            keep_merge_input(stage, manifest, key_names(maps[key]), rows)
 
     def keep_built(key: int, piece: pa.Table) -> None:
         """A committed history piece: held as Arrow, or written to the stage once the range outgrew its budget."""

@@ -92,7 +92,7 @@ def history_table(items: Sequence[CommittedBatch], batch_id: int, stats: Convers
 
     columns = {col.key: convert(rows[col.index], n, col) for col in tm.columns}
     before_fields = [pa.field(col.key, pa.string() if col.index in as_text else arrow_type(col)) for col in tm.columns]
-    per_row = _per_row(has_before, np.add.reduceat(counts, run_starts) if run_starts else counts)
+    per_row = _per_row(has_before, np.add.reduceat(counts, run_starts))  # items is not empty: neither are runs
     if per_row.all() and n:
         # Every row has a before image (updates only): the images are the struct's rows as they are, and a column
         # the updates left as it was (the decoder hands the same values) is the after column's array again.
@@ -157,8 +157,7 @@ def _int_arrays(parts: list, col, kinds: set[type]) -> pa.Array | None:
     dtype = _NUMPY.get(arrow_type(col))
     if dtype is None or not kinds <= {np.ndarray, NullableArray}:
         return None
-    arrays = [p.values for p in parts] if np.ndarray not in kinds else \
-        [p.values if type(p) is NullableArray else p for p in parts] if NullableArray in kinds else parts
+    arrays = [p.values if type(p) is NullableArray else p for p in parts] if NullableArray in kinds else parts
     if not all(np.can_cast(t, dtype) for t in {a.dtype for a in arrays}):
         return None
     values = (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)).astype(dtype, copy=False)

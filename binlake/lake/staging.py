@@ -89,14 +89,7 @@ def write_piece(stage: str, table_name: str, file_seq: int, start: int, n: int, 
         # Rows of one commit date: the piece is written as a history data file of that date would be (no
         # partition column, write_files' settings), so the history append can link it into the table as is.
         body = rows.drop_columns([DATE])
-        measuring = codecs is not None and codecs.measuring()
-        written: list[pq.FileMetaData] = []
-        pq.write_table(body, tmp, filesystem=fs, use_dictionary=repeated,
-                       compression=codecs.compression(body.column_names) if codecs is not None and not measuring
-                       else COMPRESSION,
-                       write_statistics=_statistics_columns(body.schema), metadata_collector=written)
-        if codecs is not None:
-            codecs.learn(written[0], measuring)
+        _write_data_file(body, tmp, fs, repeated, codecs)
     fs.move(tmp, path)  # a retried task replaces the file whole
     seq = pc.min_max(_seqs(rows)).as_py() if rows.num_rows else {"min": 0, "max": 0}
     versions = rows.column("_schema_version")
@@ -572,6 +565,21 @@ def repeated_columns(schema: pa.Schema) -> list[str]:
     return [f.name for f in schema if f.name in REPEATED]
 
 
+def _write_data_file(rows: pa.Table, path: str, fs: pafs.FileSystem, dictionary: list[str],
+                     codecs: ColumnCodecs | None) -> None:
+    """Write `rows` as one Parquet data file of a table: dictionary encoding for the `dictionary` columns only,
+    statistics for all but text, binary and nested ones, snappy on every column or where `codecs` (the table's
+    ColumnCodecs, told of the file written) finds that it pays."""
+    measuring = codecs is not None and codecs.measuring()
+    written: list[pq.FileMetaData] = []
+    pq.write_table(rows, path, filesystem=fs, use_dictionary=dictionary,
+                   compression=codecs.compression(rows.column_names) if codecs is not None and not measuring
+                   else COMPRESSION,
+                   write_statistics=_statistics_columns(rows.schema), metadata_collector=written)
+    if codecs is not None:
+        codecs.learn(written[0], measuring)
+
+
 def _statistics_columns(schema: pa.Schema) -> list[str]:
     """Columns whose Parquet column statistics (min/max per row group) are written: all but text, binary and
     nested ones (min/max of text costs a tenth of the file's encoding and is truncated anyway; Delta's own
@@ -633,15 +641,8 @@ def write_files(table_path: str, data: pa.Table, partition_by: list[str] | None 
         file_rows = rows.drop_columns(list(partition_by or []))
         rel = (folder + "/" if folder else "") + f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         fs.create_dir(f"{root}/{folder}" if folder else root, recursive=True)
-        measuring = codecs is not None and codecs.measuring()
-        compression = codecs.compression(file_rows.column_names) if codecs is not None and not measuring \
-            else COMPRESSION
-        written: list[pq.FileMetaData] = []
-        pq.write_table(file_rows, f"{root}/{rel}", filesystem=fs, compression=compression,
-                       use_dictionary=[c for c in dictionary or () if c in file_rows.column_names],
-                       write_statistics=_statistics_columns(file_rows.schema), metadata_collector=written)
-        if codecs is not None:
-            codecs.learn(written[0], measuring)
+        _write_data_file(file_rows, f"{root}/{rel}", fs, [c for c in dictionary or () if c in file_rows.column_names],
+                         codecs)
         out.append({"path": rel, "size": fs.get_file_info(f"{root}/{rel}").size,
                     "partition_values": dict(values), "modification_time": int(time.time() * 1000),
                     "stats": _stats(file_rows)})
