@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .binlog.errors import BinlogError, SchemaMismatch
+from .binlog.errors import BinlogError
 from .binlog.output import OutputError
 from .exitcodes import ExitCode, UnavailableError, UsageError
 
@@ -1019,9 +1019,7 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     code = getattr(exc, "exit_code", None)
     if isinstance(code, int):
         return ExitCode(code)
-    if isinstance(exc, SchemaMismatch):
-        return ExitCode.SCHEMA_MISMATCH
-    if isinstance(exc, (BinlogError, OutputError)):
+    if isinstance(exc, OutputError):  # (decoder errors carry theirs: BinlogError.exit_code)
         return ExitCode.BAD_DATA
     if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return ExitCode.USAGE

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from ..exitcodes import ExitCode
+
 
 class BinlogError(Exception):
-    """Base of every error the binlog decoder raises; `file` and `pos` say where."""
+    """Base of every error the binlog decoder raises; `file` and `pos` say where. Bad input data: its exit code
+    wherever it ends a run (the command line, a Spark decode task's error)."""
+
+    exit_code = ExitCode.BAD_DATA
 
     def __init__(self, message: str, file: str = "?", pos: int | None = None) -> None:
         self.file = file
@@ -48,6 +53,8 @@ class MissingTableMap(BinlogError):
 
 class SchemaMismatch(BinlogError):
     """A TABLE_MAP does not match the schema version its position resolves to (see binlake.schema.guard)."""
+
+    exit_code = ExitCode.SCHEMA_MISMATCH
 
     def __init__(self, message: str, file: str, pos: int | None, table: str, column: str | None = None) -> None:
         self.table = table

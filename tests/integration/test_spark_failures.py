@@ -183,6 +183,28 @@ def _no_stray_crash_env(monkeypatch) -> None:
     monkeypatch.delenv(CRASH_ENV, raising=False)
 
 
+def test_a_decode_tasks_own_error_keeps_the_exit_code_the_command_line_gives_it() -> None:
+    """A decode task's error comes back to the driver as one line (TaskError) with the exit code the same error
+    gets from an in-process run: damaged data 4 (every decoder error: a checksum, a corrupt event), a schema
+    mismatch 5, a bad value 4, anything else Spark's own 6."""
+    from binlake.binlog.errors import ChecksumMismatch, CorruptEvent, SchemaMismatch, TruncatedFile
+    from binlake.exitcodes import ExitCode
+    from binlake.spark import TaskError
+
+    task = ("/x/mysql-bin.000007", "mysql-bin.000007", 7, 4, None)
+    for exc, code in ((ChecksumMismatch("CRC32 0 does not match", "mysql-bin.000007", 120), ExitCode.BAD_DATA),
+                      (CorruptEvent("event length 3 is impossible", "mysql-bin.000007", 9), ExitCode.BAD_DATA),
+                      (TruncatedFile("ends inside an event", "mysql-bin.000007", 99), ExitCode.BAD_DATA),
+                      (SchemaMismatch("2 columns, 3 expected", "mysql-bin.000007", 50, "d.t"),
+                       ExitCode.SCHEMA_MISMATCH),
+                      (RuntimeError("executor lost"), ExitCode.UNAVAILABLE)):
+        failed = TaskError(task, exc).error()
+        assert failed.exit_code == code, (exc, failed.exit_code)
+        if code != ExitCode.UNAVAILABLE:
+            assert exit_code_for(failed) == exit_code_for(exc)
+        assert str(failed).startswith("Spark decode stage failed at mysql-bin.000007 [4, end): "), str(failed)
+
+
 def test_a_failing_decode_task_is_one_line_naming_file_and_range_and_nothing_is_committed(mariadb_full, tmp_path,
                                                                                             spark) -> None:
     """A damaged binlog under the Spark path ends the run with one line naming the file and position (a decode task
